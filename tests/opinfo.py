@@ -1,0 +1,182 @@
+"""Run PyTorch's OpInfo database (`op_db`) on neuron against CPU.
+
+`check_op(opinfo, dtype)` runs every sample of one OpInfo entry on CPU and on neuron and
+compares outputs (and, with `grad=True`, input gradients). `classify` runs it with the CPU
+fallback disabled and reports how the op was served. The CI slice and the full sweep
+(`torchneuron report --sweep`) both use these functions.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import torch
+from torch.testing._internal import common_utils
+from torch.testing._internal.common_methods_invocations import op_db
+from torch.utils._pytree import tree_flatten, tree_map
+
+import torch_neuronx
+
+# Each `sample_inputs()` call looks for the running unittest.TestCase with `inspect.stack()`,
+# which reads source context for every frame (~40 ms of CPU per call under pytest, two calls
+# per check_op, more than a small op's compile). Our tests are plain pytest functions, so the
+# search always ends in None (and the samples are seeded with the fixed SEED either way).
+common_utils.extract_test_fn = lambda: None
+
+OPS = {(o.name, o.variant_test_name): o for o in op_db}
+TOLERANCE = {
+    torch.float32: (1.3e-5, 1e-5),
+    torch.float64: (1e-7, 1e-7),
+    torch.float16: (1e-3, 1e-3),
+    torch.bfloat16: (1.6e-2, 1e-2),
+    torch.complex64: (1.3e-5, 1e-5),
+}
+# Some ops are numerically touchy; matching PyTorch's own device-test tolerances more loosely.
+LOOSE = {torch.float32: (1e-4, 1e-4), torch.bfloat16: (5e-2, 5e-2), torch.float16: (5e-3, 5e-3)}
+RANDOM_OPS = {
+    "bernoulli",
+    "normal",
+    "uniform",
+    "rand_like",
+    "randn_like",
+    "randint_like",
+    "multinomial",
+    "nn.functional.dropout",
+    "nn.functional.dropout2d",
+    "nn.functional.dropout3d",
+    "nn.functional.alpha_dropout",
+    "nn.functional.feature_alpha_dropout",
+    "randint",
+    "randperm",
+    "normal.number_mean",
+    "randn",
+    "cauchy",
+    "exponential",
+    "geometric",
+    "log_normal",
+    "empty",
+    "empty_like",
+    "new_empty",
+    "empty_strided",
+    "new_empty_strided",
+    "empty_permuted",
+}
+
+
+def find(name: str, variant: str = "") -> Any:
+    return OPS[(name, variant)]
+
+
+def _to_neuron(x: Any) -> Any:
+    if isinstance(x, torch.Tensor) and x.device.type == "cpu":
+        y = x.detach().to("neuron")
+        return y.requires_grad_(x.requires_grad) if x.is_floating_point() or x.is_complex() else y
+    return x
+
+
+def _close(cpu: Any, dev: Any, dtype: torch.dtype, loose: bool, exact_random: bool) -> None:
+    cpu_leaves, _ = tree_flatten(cpu)
+    dev_leaves, _ = tree_flatten(dev)
+    assert len(cpu_leaves) == len(dev_leaves), f"{len(cpu_leaves)} outputs on CPU, {len(dev_leaves)} on neuron"
+    table = LOOSE if loose else TOLERANCE
+    for c, d in zip(cpu_leaves, dev_leaves):
+        # Integer inputs with floating outputs (logsumexp, mean(dtype=)) get the output's tolerance.
+        floating_out = isinstance(c, torch.Tensor) and (c.is_floating_point() or c.is_complex())
+        rtol, atol = table.get(dtype if dtype in table or not floating_out else c.dtype, (0, 0))
+        if isinstance(c, torch.Tensor):
+            assert isinstance(d, torch.Tensor) and d.device.type == "neuron", f"expected a neuron tensor, got {d!r}"
+            assert d.dtype == c.dtype, f"dtype {d.dtype} != CPU {c.dtype}"
+            assert d.shape == c.shape, f"shape {tuple(d.shape)} != CPU {tuple(c.shape)}"
+            if not exact_random:
+                continue
+            torch.testing.assert_close(d.cpu(), c, rtol=rtol, atol=atol, equal_nan=True, check_stride=False)
+        elif isinstance(c, float) and exact_random:
+            torch.testing.assert_close(d, c, rtol=rtol, atol=atol, equal_nan=True)
+        elif exact_random:
+            assert c == d, f"{d!r} != CPU {c!r}"
+
+
+def check_op(
+    opinfo: Any, dtype: torch.dtype, grad: bool = False, max_samples: int | None = None, loose: bool = False
+) -> int:
+    """Compare every sample of `opinfo` on neuron with CPU; return the number of samples run."""
+    exact = opinfo.name not in RANDOM_OPS
+    count = 0
+    for sample in opinfo.sample_inputs("cpu", dtype, requires_grad=grad):
+        if max_samples is not None and count >= max_samples:
+            break
+        dev_sample = sample.transform(_to_neuron)
+        if "device" in dev_sample.kwargs:  # factory samples name the device they build on
+            dev_sample.kwargs["device"] = "neuron"
+        torch.manual_seed(0)
+        cpu_out = opinfo(sample.input, *sample.args, **sample.kwargs)
+        torch.manual_seed(0)
+        with torch.device("neuron"):  # factory samples without a device build on the default one
+            dev_out = opinfo(dev_sample.input, *dev_sample.args, **dev_sample.kwargs)
+        # As PyTorch's test_compare_cpu: outputs that are only defined up to e.g. a sign (SVD, eigh
+        # vectors) are compared after the sample's canonicalizing postprocess.
+        cpu_out = sample.output_process_fn_grad(cpu_out)
+        dev_out = dev_sample.output_process_fn_grad(dev_out)
+        _close(cpu_out, dev_out, dtype, loose, exact)
+        if grad:
+            _check_grads(sample, dev_sample, cpu_out, dev_out, dtype, loose, exact)
+        count += 1
+    return count
+
+
+def _check_grads(
+    sample: Any, dev_sample: Any, cpu_out: Any, dev_out: Any, dtype: torch.dtype, loose: bool, exact: bool
+) -> None:
+    cpu_outs = [t for t in tree_flatten(cpu_out)[0] if isinstance(t, torch.Tensor) and t.requires_grad]
+    dev_outs = [t for t in tree_flatten(dev_out)[0] if isinstance(t, torch.Tensor) and t.requires_grad]
+    if not cpu_outs:
+        return
+    cpu_inputs = [
+        t
+        for t in tree_flatten((sample.input, sample.args, sample.kwargs))[0]
+        if isinstance(t, torch.Tensor) and t.requires_grad
+    ]
+    dev_inputs = [
+        t
+        for t in tree_flatten((dev_sample.input, dev_sample.args, dev_sample.kwargs))[0]
+        if isinstance(t, torch.Tensor) and t.requires_grad
+    ]
+    cotangents = [torch.randn_like(t) for t in cpu_outs]
+    cpu_grads = torch.autograd.grad(cpu_outs, cpu_inputs, cotangents, allow_unused=True)
+    dev_grads = torch.autograd.grad(dev_outs, dev_inputs, tree_map(_to_neuron, cotangents), allow_unused=True)
+    # A random op's gradients depend on its draws (dropout's mask): compare dtypes and shapes only.
+    _close([g for g in cpu_grads if g is not None], [g for g in dev_grads if g is not None], dtype, loose, exact)
+
+
+@contextmanager
+def fallback_disabled() -> Iterator[None]:
+    old = os.environ.get("TORCH_NEURONX_DISABLE_FALLBACK")
+    os.environ["TORCH_NEURONX_DISABLE_FALLBACK"] = "1"
+    try:
+        yield
+    finally:
+        if old is None:
+            del os.environ["TORCH_NEURONX_DISABLE_FALLBACK"]
+        else:
+            os.environ["TORCH_NEURONX_DISABLE_FALLBACK"] = old
+
+
+def classify(opinfo: Any, dtype: torch.dtype, grad: bool = False, max_samples: int | None = None) -> str:
+    """'native' | 'decomposed' | 'fallback' | 'failing' | 'no-samples' for one entry."""
+    try:
+        torch_neuronx.reset_metrics()
+        with fallback_disabled():
+            count = check_op(opinfo, dtype, grad, max_samples)
+        if not count:
+            return "no-samples"
+        return "decomposed" if torch_neuronx.metrics()["decompositions"] else "native"
+    except Exception:
+        pass
+    try:
+        check_op(opinfo, dtype, grad, max_samples)
+        return "fallback"
+    except Exception:
+        return "failing"

@@ -1,0 +1,134 @@
+"""The `neuron` device as PyTorch sees it: registration, torch.neuron, accelerator, RNG, memory."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+
+import pytest
+import torch
+
+
+def test_plain_import_torch_autoloads_backend():
+    code = "import torch; x = torch.randn(2, 3, device='neuron') * 2; print(x.device, tuple(x.shape))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "neuron:0 (2, 3)"
+
+
+def test_import_torch_does_not_import_jax():
+    code = "import sys, torch; print('jax' in sys.modules, torch.neuron.is_available())"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False True"
+
+
+def test_autoload_disabled_still_allows_explicit_import():
+    env = dict(os.environ, TORCH_DEVICE_BACKEND_AUTOLOAD="0")
+    code = "import torch, torch_neuronx; print(torch.ones(2, device='neuron').sum().item())"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env)
+    assert out.stdout.strip() == "2.0"
+
+
+def test_device_module_api():
+    n = torch.neuron
+    assert n.is_available() and n.device_count() == 1 and n.current_device() == 0
+    assert torch.get_device_module("neuron") is n
+    n.set_device(0)
+    with n.device(0):
+        pass
+    with pytest.raises(ValueError, match="neuron:0"):
+        n.set_device(1)
+    assert n.is_bf16_supported()
+    assert torch.bfloat16 in n.get_amp_supported_dtype()
+    props = n.get_device_properties(0)
+    assert props.total_memory > 0 and "NeuronCore" in props.name == n.get_device_name()
+    free, total = n.mem_get_info()
+    assert 0 < free <= total
+    assert not n._is_in_bad_fork()
+    n._lazy_init()
+    assert n.is_initialized()
+
+
+def test_accelerator_resolves_to_neuron():
+    assert torch.accelerator.current_accelerator().type == "neuron"
+    assert torch.accelerator.device_count() == 1
+    assert torch.accelerator.current_device_index() == 0
+    torch.accelerator.synchronize()
+
+
+def test_tensor_module_storage_methods():
+    x = torch.randn(3)
+    d = x.neuron()
+    assert d.is_neuron and d.device == torch.device("neuron", 0)
+    m = torch.nn.Linear(2, 2).neuron()
+    assert m.weight.device.type == "neuron"
+    assert d.untyped_storage().is_neuron
+    torch.testing.assert_close(d.cpu(), x)
+
+
+def test_rng_reproducible_and_state_round_trip():
+    torch.manual_seed(123)
+    a = torch.randn(5, device="neuron")
+    torch.manual_seed(123)
+    b = torch.randn(5, device="neuron")
+    torch.testing.assert_close(a.cpu(), b.cpu(), rtol=0, atol=0)
+    state = torch.neuron.get_rng_state()
+    assert state.dtype == torch.uint8 and state.numel() == 16
+    c = torch.rand(7, device="neuron")
+    torch.neuron.set_rng_state(state)
+    d = torch.rand(7, device="neuron")
+    torch.testing.assert_close(c.cpu(), d.cpu(), rtol=0, atol=0)
+    torch.neuron.set_rng_state_all(torch.neuron.get_rng_state_all())
+    torch.neuron.manual_seed_all(5)
+    assert torch.neuron.initial_seed() == 5
+    with pytest.raises(ValueError, match="16 bytes"):
+        torch.neuron.set_rng_state(torch.zeros(3, dtype=torch.uint8))
+
+
+def test_streams_and_events():
+    s = torch.neuron.Stream()
+    start, end = torch.neuron.Event(enable_timing=True), torch.neuron.Event(enable_timing=True)
+    with torch.neuron.stream(s):
+        start.record()
+        y = torch.ones(64, 64, device="neuron") + 1
+        end.record()
+    end.synchronize()
+    assert start.elapsed_time(end) >= 0 and end.query()
+    assert torch.neuron.current_stream() == torch.neuron.default_stream()
+    assert float(y.sum()) == 64 * 64 * 2
+
+
+def test_autocast_bf16():
+    a, b = torch.randn(4, 8), torch.randn(8, 3)
+    with torch.autocast("neuron", dtype=torch.bfloat16):
+        out = a.to("neuron") @ b.to("neuron")
+    assert out.dtype == torch.bfloat16
+    torch.testing.assert_close(out.cpu().float(), a @ b, rtol=2e-2, atol=2e-2)
+
+
+def test_concurrent_transfers_from_threads():
+    tensors = [torch.randn(256) for _ in range(32)]
+    results: dict[int, torch.Tensor] = {}
+
+    def move(i: int) -> None:
+        results[i] = tensors[i].to("neuron")
+
+    threads = [threading.Thread(target=move, args=(i,)) for i in range(32)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for i, x in enumerate(tensors):
+        torch.testing.assert_close(results[i].cpu(), x)
+    addresses = {r.data_ptr() for r in results.values()}
+    assert len(addresses) == 32
+
+
+def test_pin_memory_and_dataloader():
+    x = torch.randn(4)
+    pinned = x.pin_memory()
+    assert pinned.is_pinned() and not x.is_pinned() and torch.equal(pinned, x)
+    data = torch.utils.data.TensorDataset(torch.arange(8.0).reshape(4, 2))
+    batches = [b.to("neuron", non_blocking=True) for (b,) in torch.utils.data.DataLoader(data, 2, pin_memory=True)]
+    torch.testing.assert_close(torch.cat([b.cpu() for b in batches]), torch.arange(8.0).reshape(4, 2))

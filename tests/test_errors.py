@@ -1,0 +1,64 @@
+"""Bad input gets a clear error that names the op, dtype or device, and loses nothing."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+import torch
+
+
+def test_device_mismatch_in_binary_op():
+    x = torch.ones(3, device="neuron")
+    with pytest.raises(RuntimeError, match=r"aten\.add\.Tensor.*same device.*neuron:0 and cpu"):
+        x + torch.ones(3)
+    assert x.cpu().tolist() == [1.0, 1.0, 1.0]
+
+
+def test_cpu_scalar_tensor_is_allowed_like_cuda():
+    x = torch.ones(3, device="neuron")
+    y = x * torch.tensor(2.0)
+    assert y.device.type == "neuron" and y.cpu().tolist() == [2.0, 2.0, 2.0]
+
+
+def test_unsupported_dtype_conversion():
+    x = torch.ones(3)
+    with pytest.raises(TypeError, match=r"dtype torch\.uint1 is not supported on the neuron device"):
+        torch.empty(3, dtype=torch.uint1, device="neuron")
+    with pytest.raises(TypeError, match=r"not supported on the neuron device"):
+        x.to(device="neuron", dtype=torch.uint2)
+
+
+def test_disabled_fallback_names_the_op():
+    code = """
+import os, torch
+os.environ["TORCH_NEURONX_DISABLE_FALLBACK"] = "1"
+x = torch.ones(4, device="neuron")
+try:
+    torch.ops.aten._cdist_forward(x.view(2, 2), x.view(2, 2), 2.0, None)
+except NotImplementedError as e:
+    print("error:", e)
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert "aten._cdist_forward.default" in out.stdout
+    assert "TORCH_NEURONX_DISABLE_FALLBACK=1" in out.stdout
+
+
+def test_fallback_runs_on_cpu_and_is_counted():
+    import torch_neuronx
+
+    torch_neuronx.reset_metrics()
+    a, b = torch.randn(3, 2), torch.randn(4, 2)
+    d = torch.ops.aten._cdist_forward(a.to("neuron"), b.to("neuron"), 2.0, None)
+    assert d.device.type == "neuron"
+    torch.testing.assert_close(d.cpu(), torch.ops.aten._cdist_forward(a, b, 2.0, None))
+    assert torch_neuronx.metrics()["fallbacks"]["aten._cdist_forward.default"] == 1
+
+
+def test_item_and_print():
+    x = torch.tensor([1.5, -2.0]).to("neuron")
+    assert x[0].item() == 1.5
+    assert "device='neuron:0'" in repr(x)
+    assert int(torch.tensor(7).to("neuron")) == 7
+    assert bool(torch.tensor(True).to("neuron"))

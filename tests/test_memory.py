@@ -1,0 +1,58 @@
+"""Exact memory accounting and out-of-memory behaviour (DESIGN 9)."""
+
+from __future__ import annotations
+
+import gc
+import os
+import subprocess
+import sys
+
+import torch
+
+
+def test_allocated_returns_to_start():
+    gc.collect()
+    start = torch.neuron.memory_allocated()
+    x = torch.empty(1000, device="neuron")
+    assert torch.neuron.memory_allocated() == start + 4000
+    y = x[10:20]  # a view allocates nothing
+    assert torch.neuron.memory_allocated() == start + 4000
+    z = (x + 1).to(torch.float16)
+    assert torch.neuron.memory_allocated() >= start + 4000 + 2000
+    del x, y, z
+    gc.collect()
+    assert torch.neuron.memory_allocated() == start
+
+
+def test_peak_and_reset():
+    torch.neuron.reset_peak_memory_stats()
+    base = torch.neuron.memory_allocated()
+    big = torch.empty(10_000, device="neuron")
+    del big
+    assert torch.neuron.max_memory_allocated() >= base + 40_000
+    torch.neuron.reset_peak_memory_stats()
+    assert torch.neuron.max_memory_allocated() == torch.neuron.memory_allocated()
+    stats = torch.neuron.memory_stats()
+    assert stats["allocated_bytes.all.current"] == torch.neuron.memory_allocated()
+
+
+def test_oom_raises_and_keeps_live_tensors():
+    code = """
+import torch
+keep = torch.arange(1000, dtype=torch.float32).to('neuron')
+before = torch.neuron.memory_allocated()
+try:
+    torch.empty(2**28, device='neuron')
+except torch.OutOfMemoryError as e:
+    print('OOM', 'TORCH_NEURONX_MEMORY_GB' in str(e))
+try:
+    keep * 1e9 + torch.ones(2**27, device='neuron')
+except torch.OutOfMemoryError:
+    print('OOM2')
+assert torch.neuron.memory_allocated() == before
+assert keep.cpu().equal(torch.arange(1000, dtype=torch.float32))
+print('intact', torch.neuron.memory_stats()['num_ooms'])
+"""
+    env = dict(os.environ, TORCH_NEURONX_MEMORY_GB="0.25")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
+    assert out.stdout.split() == ["OOM", "True", "OOM2", "intact", "2"]

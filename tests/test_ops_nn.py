@@ -1,0 +1,436 @@
+"""Neural-network ops on neuron against PyTorch CPU: softmax, normalization, losses, embedding,
+dropout and attention (torch_neuronx/ops/nn.py).
+
+OpInfo entries run with the CPU fallback disabled. Where an entry's composite also calls an op
+of another family that has no lowering yet (a reduction, a matmul), the entry reruns with the
+fallback allowed and must still run every op of this family natively.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+import torch
+import torch.nn.functional as nnf
+from compare import assert_same, check
+from opinfo import _to_neuron, check_op, fallback_disabled, find
+from torch.utils._pytree import tree_flatten
+
+import torch_neuronx
+from torch_neuronx import ops
+
+MAX_SAMPLES = 3
+_FAMILY_MODULES = ("torch_neuronx.ops.nn", "torch_neuronx.ops.conv")
+
+
+def _own_packets() -> set[str]:
+    """ATen op names (packets) this family lowers: none of them may fall back or decompose."""
+    lowerings = ops.load()
+    return {
+        op.name().split("::")[1].split(".")[0] for op, low in lowerings.items() if low.fn.__module__ in _FAMILY_MODULES
+    }
+
+
+class WithoutDropout:
+    """An attention OpInfo whose samples run with dropout_p=0: the dropout draws come from
+    neuron's RNG stream, not CPU's (dropout is checked by its own tests below)."""
+
+    def __init__(self, opinfo: Any, dropout_arg: int | None) -> None:
+        self.opinfo, self.dropout_arg, self.name = opinfo, dropout_arg, opinfo.name
+
+    def sample_inputs(self, *args: Any, **kwargs: Any) -> Iterator[Any]:
+        for sample in self.opinfo.sample_inputs(*args, **kwargs):
+            if self.dropout_arg is None:
+                sample.kwargs["dropout_p"] = 0.0
+            else:
+                sample.args = (*sample.args[: self.dropout_arg], 0.0, *sample.args[self.dropout_arg + 1 :])
+            yield sample
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.opinfo(*args, **kwargs)
+
+
+class Without:
+    """An OpInfo minus the samples `drop` names."""
+
+    def __init__(self, opinfo: Any, drop: Callable[[Any], bool]) -> None:
+        self.opinfo, self.drop, self.name = opinfo, drop, opinfo.name
+
+    def sample_inputs(self, *args: Any, **kwargs: Any) -> Iterator[Any]:
+        return (s for s in self.opinfo.sample_inputs(*args, **kwargs) if not self.drop(s))
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.opinfo(*args, **kwargs)
+
+
+def _normalizes_one_element(sample: Any) -> bool:
+    """Layer norm over a single element: the exact input gradient is 0, and PyTorch CPU's is
+    rounding noise times rstd = 1/sqrt(eps) (~1e-4), which no other implementation reproduces."""
+    return math.prod(sample.args[0]) == 1
+
+
+def _opinfo(key: str) -> Any:
+    name, _, variant = key.partition(":")
+    return find(name, variant)
+
+
+def entry(key: str) -> Any:
+    opinfo = _opinfo(key)
+    name = opinfo.name
+    if name == "nn.functional.scaled_dot_product_attention":
+        return WithoutDropout(opinfo, None)
+    if name == "nn.functional.multi_head_attention_forward":
+        return WithoutDropout(opinfo, 9)
+    return opinfo
+
+
+def natively(run: Callable[[], int]) -> int:
+    """`run()` with the CPU fallback disabled; if an op of another family lacks a lowering,
+    rerun it with the fallback allowed and require that no op of this family fell back or
+    decomposed."""
+    try:
+        with fallback_disabled():
+            return run()
+    except NotImplementedError as error:
+        if "no lowering for" not in str(error):
+            raise
+    torch_neuronx.reset_metrics()
+    count = run()
+    metrics = torch_neuronx.metrics()
+    own = _own_packets()
+    served_elsewhere = [*metrics["fallbacks"], *metrics["decompositions"]]
+    mine = [op for op in served_elsewhere if op.split(".")[1] in own]
+    assert not mine, f"ops of this family not run natively: {mine}"
+    return count
+
+
+def check_family(
+    opinfo: Any, dtype: torch.dtype, grad: bool, max_samples: int | None = MAX_SAMPLES, loose: bool = False
+) -> int:
+    """check_op (outputs and gradients equal CPU's), natively."""
+    return natively(lambda: check_op(opinfo, dtype, grad=grad, max_samples=max_samples, loose=loose))
+
+
+def _run(opinfo: Any, sample: Any, grad: bool) -> list:
+    """The sample's output tensors, then (with `grad`) the input gradients for all-ones cotangents."""
+    out = opinfo(sample.input, *sample.args, **sample.kwargs)
+    outs = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
+    if not grad:
+        return outs
+    inputs = [t for t in tree_flatten((sample.input, sample.args, sample.kwargs))[0] if _needs_grad(t)]
+    diff = [t for t in outs if t.requires_grad]
+    grads = torch.autograd.grad(diff, inputs, [torch.ones_like(t) for t in diff], allow_unused=True)
+    return [t.detach() for t in outs] + [g for g in grads if g is not None]
+
+
+def _needs_grad(t: Any) -> bool:
+    return isinstance(t, torch.Tensor) and t.requires_grad
+
+
+def check_accuracy(
+    opinfo: Any, dtype: torch.dtype, wide: torch.dtype, grad: bool = False, max_samples: int | None = MAX_SAMPLES
+) -> int:
+    """For ops whose PyTorch CPU kernel at `dtype` rounds intermediate results (neuron computes
+    in float32 and rounds once): every output (and gradient) on neuron is no farther from the
+    CPU result computed at the `wide` dtype than PyTorch CPU's own `dtype` result is, or
+    within two `dtype` epsilons of the output's scale."""
+
+    def widen(t: Any) -> Any:
+        if isinstance(t, torch.Tensor) and t.is_floating_point():
+            return t.detach().to(wide).requires_grad_(t.requires_grad)
+        return t
+
+    def run() -> int:
+        count = 0
+        for sample in opinfo.sample_inputs("cpu", dtype, requires_grad=grad):
+            if max_samples is not None and count >= max_samples:
+                break
+            cpu = _run(opinfo, sample, grad)
+            dev = _run(opinfo, sample.transform(_to_neuron), grad)
+            ref = _run(opinfo, sample.transform(widen), grad)
+            assert len(cpu) == len(dev) == len(ref)
+            for c, d, r in zip(cpu, dev, ref):
+                assert d.device.type == "neuron" and d.dtype == c.dtype and d.shape == c.shape
+                if r.numel():
+                    r = r.double()
+                    dev_error = (d.cpu().double() - r).abs().max().item()
+                    cpu_error = (c.double() - r).abs().max().item()
+                    floor = 2 * torch.finfo(dtype).eps * r.abs().max().item()
+                    assert dev_error <= max(cpu_error, floor), (dev_error, cpu_error, floor)
+            count += 1
+        return count
+
+    return natively(run)
+
+
+NN_ENTRIES = [
+    "softmax",
+    "softmax:with_dtype",
+    "log_softmax",
+    "log_softmax:with_dtype",
+    "_softmax_backward_data",
+    "nn.functional.softmin",
+    "nn.functional.softmin:with_dtype",
+    "torch.ops.aten._safe_softmax.default",
+    "nn.functional.cross_entropy",
+    "native_layer_norm",
+    "native_group_norm",
+    "native_batch_norm",
+    "_native_batch_norm_legit",
+    "_batch_norm_with_update",
+    "nn.functional.layer_norm",
+    "nn.functional.group_norm",
+    "nn.functional.batch_norm",
+    "nn.functional.batch_norm:without_cudnn",
+    "nn.functional.instance_norm",
+    "nn.functional.rms_norm",
+    "nn.functional.embedding",
+    "nn.functional.embedding_bag",
+    "nn.functional.dropout",
+    "native_dropout_backward",
+    "nn.functional.nll_loss",
+    "nn.functional.mse_loss",
+    "nn.functional.l1_loss",
+    "nn.functional.smooth_l1_loss",
+    "nn.functional.huber_loss",
+    "nn.functional.binary_cross_entropy",
+    "nn.functional.binary_cross_entropy_with_logits",
+    "nn.functional.soft_margin_loss",
+    "nn.functional.multi_margin_loss",
+    "nn.functional.multilabel_margin_loss",
+    "nn.functional.multilabel_soft_margin_loss",
+    "nn.functional.kl_div",
+    "nn.functional.margin_ranking_loss",
+    "nn.functional.hinge_embedding_loss",
+    "nn.functional.cosine_embedding_loss",
+    "nn.functional.poisson_nll_loss",
+    "nn.functional.gaussian_nll_loss",
+    "nn.functional.triplet_margin_loss",
+    "nn.functional.ctc_loss",
+    "nn.functional.scaled_dot_product_attention",
+    "nn.functional.multi_head_attention_forward",
+]
+DEGENERATE_GRAD = {"native_layer_norm", "nn.functional.layer_norm"}
+# PyTorch CPU rounds intermediates of these in bfloat16 (instance norm's batch-norm path, the
+# in-place bfloat16 arithmetic of BCE-with-logits with weights) and of CTC's float32 backward
+# (exp of alpha+beta+nll over long sequences); they are judged against a wider computation.
+ACCURACY_BF16 = {"nn.functional.instance_norm", "nn.functional.binary_cross_entropy_with_logits"}
+ACCURACY_GRAD = {"nn.functional.ctc_loss"}
+
+
+@pytest.mark.parametrize("key", NN_ENTRIES)
+def test_opinfo_float32_forward_backward(key: str) -> None:
+    opinfo = entry(key)
+    if key in DEGENERATE_GRAD:
+        opinfo = Without(opinfo, _normalizes_one_element)
+    if key in ACCURACY_GRAD:
+        assert check_accuracy(opinfo, torch.float32, torch.float64, grad=True, max_samples=1) > 0
+    else:
+        assert check_family(opinfo, torch.float32, grad=True) > 0
+
+
+@pytest.mark.parametrize("key", NN_ENTRIES)
+def test_opinfo_bfloat16_forward(key: str) -> None:
+    opinfo = entry(key)
+    if torch.bfloat16 not in _opinfo(key).supported_dtypes("cpu"):
+        pytest.skip("PyTorch CPU has no bfloat16 kernel for this op")
+    if key in ACCURACY_BF16:
+        assert check_accuracy(opinfo, torch.bfloat16, torch.float32) > 0
+    else:
+        assert check_family(opinfo, torch.bfloat16, grad=False) > 0
+
+
+# ---- dropout ----------------------------------------------------------------------------
+
+
+def test_dropout_reproducible_under_manual_seed() -> None:
+    x = torch.randn(64, 64).to("neuron")
+    with fallback_disabled():
+        torch.manual_seed(123)
+        a = nnf.dropout(x, 0.3)
+        b = nnf.dropout(x, 0.3)
+        torch.manual_seed(123)
+        a2 = nnf.dropout(x, 0.3)
+        torch.neuron.manual_seed(123)
+        a3 = nnf.dropout(x, 0.3)
+    assert torch.equal(a.cpu(), a2.cpu()) and torch.equal(a.cpu(), a3.cpu())
+    assert not torch.equal(a.cpu(), b.cpu())
+
+
+def test_dropout_values_and_gradient() -> None:
+    x = torch.randn(128, 128)
+    dev = x.to("neuron").requires_grad_()
+    with fallback_disabled():
+        out, mask = torch.ops.aten.native_dropout(dev, 0.25, True)
+        grad = torch.ops.aten.native_dropout_backward(torch.ones_like(out), mask, 1 / 0.75)
+    out, mask, grad = out.cpu(), mask.cpu(), grad.cpu()
+    assert mask.dtype == torch.bool
+    kept = mask.float().mean().item()
+    assert abs(kept - 0.75) < 0.02, kept
+    torch.testing.assert_close(out, torch.where(mask, x / 0.75, 0.0))
+    torch.testing.assert_close(grad, mask.float() / 0.75)
+
+
+@pytest.mark.parametrize("p, train", [(0.0, True), (1.0, True), (0.5, False)])
+def test_dropout_edge_probabilities(p: float, train: bool) -> None:
+    x = torch.randn(8, 8)
+    with fallback_disabled():
+        out, mask = torch.ops.aten.native_dropout(x.to("neuron"), p, train)
+    expected = torch.zeros_like(x) if p == 1.0 and train else x
+    torch.testing.assert_close(out.cpu(), expected)
+    assert mask.cpu().all().item() is (p == 0.0 or not train)
+
+
+# ---- batch norm running statistics ------------------------------------------------------
+
+
+@pytest.mark.parametrize("dims", [1, 2, 3])
+def test_batch_norm_running_stats_match_cpu(dims: int) -> None:
+    module = {1: torch.nn.BatchNorm1d, 2: torch.nn.BatchNorm2d, 3: torch.nn.BatchNorm3d}[dims](4, momentum=0.2)
+    with torch.no_grad():
+        module.weight.uniform_(0.5, 1.5)
+        module.bias.uniform_(-0.5, 0.5)
+    dev = type(module)(4, momentum=0.2).to("neuron")
+    dev.load_state_dict(module.state_dict())
+    shape = (5, 4) + (3,) * dims
+    for step in range(3):
+        x = torch.randn(shape) * (step + 1) + step
+        with fallback_disabled():
+            out = dev(x.to("neuron"))
+        assert_same(module(x), out.detach(), rtol=1e-5, atol=1e-5)
+    for name in ("running_mean", "running_var"):
+        assert_same(getattr(module, name), getattr(dev, name), rtol=1e-5, atol=1e-6)
+    assert dev.num_batches_tracked.item() == module.num_batches_tracked.item() == 3
+    module.eval()
+    dev.eval()
+    x = torch.randn(shape)
+    with fallback_disabled():
+        out = dev(x.to("neuron"))
+    assert_same(module(x), out, rtol=1e-5, atol=1e-5)
+
+
+def test_batch_norm_ops_mutate_running_stats() -> None:
+    x = torch.randn(6, 3, 5)
+    for op in (torch.ops.aten.native_batch_norm, torch.ops.aten._native_batch_norm_legit):
+        stats = [torch.randn(3), torch.rand(3) + 0.5]
+        dev_stats = [s.to("neuron") for s in stats]
+        with fallback_disabled():
+            out = op(x.to("neuron"), None, None, *dev_stats, True, 0.1, 1e-5)
+        assert_same(op(x, None, None, *stats, True, 0.1, 1e-5), out)
+        assert_same(stats, dev_stats)
+    stats = [torch.randn(3), torch.rand(3) + 0.5]
+    dev_stats = [s.to("neuron") for s in stats]
+    with fallback_disabled():
+        out = torch.ops.aten._batch_norm_with_update(x.to("neuron"), None, None, *dev_stats, 0.1, 1e-5)
+    assert_same(torch.ops.aten._batch_norm_with_update(x, None, None, *stats, 0.1, 1e-5), out)
+    assert_same(stats, dev_stats)
+
+
+def test_batch_norm_functional_returns_new_stats() -> None:
+    x = torch.randn(6, 3, 5)
+    stats = [torch.randn(3), torch.rand(3) + 0.5]
+    cpu = torch.ops.aten._native_batch_norm_legit_functional(x, None, None, *stats, True, 0.1, 1e-5)
+    with fallback_disabled():
+        dev_stats = [s.to("neuron") for s in stats]
+        dev = torch.ops.aten._native_batch_norm_legit_functional(
+            x.to("neuron"), None, None, *dev_stats, True, 0.1, 1e-5
+        )
+    assert_same(cpu, dev)
+    assert_same(stats, dev_stats)  # the functional variant leaves its inputs alone
+
+
+# ---- softmax ----------------------------------------------------------------------------
+
+
+def test_softmax_half_to_float() -> None:
+    x = torch.randn(4, 7, dtype=torch.bfloat16)
+    with fallback_disabled():
+        out = torch.ops.aten._softmax(x.to("neuron"), 1, True)
+    assert out.dtype == torch.float32
+    torch.testing.assert_close(out.cpu(), torch.softmax(x.float(), 1))
+
+
+def test_safe_softmax_fully_masked_row_is_zero() -> None:
+    x = torch.randn(3, 5)
+    x[1] = -math.inf
+    with fallback_disabled():
+        check(lambda t: torch.ops.aten._safe_softmax(t, -1), x)
+
+
+# ---- attention --------------------------------------------------------------------------
+
+
+def _sdpa_inputs(heads_q: int = 4, heads_kv: int = 4, lq: int = 5, lk: int = 7) -> list[torch.Tensor]:
+    return [torch.randn(2, heads_q, lq, 8), torch.randn(2, heads_kv, lk, 8), torch.randn(2, heads_kv, lk, 8)]
+
+
+def test_sdpa_takes_the_math_backend() -> None:
+    q, k, v = (t.to("neuron") for t in _sdpa_inputs())
+    with fallback_disabled():
+        choice = torch.ops.aten._fused_sdp_choice(q, k, v)
+    assert choice == torch.nn.attention.SDPBackend.MATH.value
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"is_causal": True},
+        {"is_causal": True, "scale": 0.3},
+        {"attn_mask": "bool"},
+        {"attn_mask": "float"},
+        {"enable_gqa": True},
+        {"enable_gqa": True, "is_causal": True},
+    ],
+    ids=["causal", "causal-scale", "bool-mask", "float-mask", "gqa", "gqa-causal"],
+)
+def test_sdpa_matches_cpu(kwargs: dict) -> None:
+    kwargs = dict(kwargs)
+    heads_kv = 2 if kwargs.get("enable_gqa") else 4
+    inputs = _sdpa_inputs(heads_kv=heads_kv)
+    mask = kwargs.pop("attn_mask", None)
+    if mask == "bool":
+        inputs.append(torch.rand(5, 7) > 0.3)
+    elif mask == "float":
+        inputs.append(torch.randn(2, 1, 5, 7))
+    for t in inputs[:3]:
+        t.requires_grad_()
+
+    def fn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *mask: torch.Tensor) -> Any:
+        q, k, v = (t.detach().requires_grad_() for t in (q, k, v))
+        out = nnf.scaled_dot_product_attention(q, k, v, *mask, **kwargs)
+        grads = torch.autograd.grad(out, (q, k, v), torch.ones_like(out))
+        return out.detach(), grads
+
+    torch_neuronx.reset_metrics()
+    check(fn, *inputs, rtol=1e-4, atol=1e-5)
+    own = _own_packets()
+    metrics = torch_neuronx.metrics()
+    assert not [op for op in metrics["fallbacks"] if op.split(".")[1] in own]
+    assert metrics["op_calls"].get("aten._softmax.default") or metrics["op_calls"].get("aten._safe_softmax.default")
+
+
+def test_sdpa_dropout_is_reproducible() -> None:
+    q, k, v = (t.to("neuron") for t in _sdpa_inputs())
+    torch.manual_seed(7)
+    a = nnf.scaled_dot_product_attention(q, k, v, dropout_p=0.5)
+    torch.manual_seed(7)
+    b = nnf.scaled_dot_product_attention(q, k, v, dropout_p=0.5)
+    assert torch.equal(a.cpu(), b.cpu())
+    assert not torch.equal(a.cpu(), nnf.scaled_dot_product_attention(q, k, v).cpu())
+
+
+# ---- bad input --------------------------------------------------------------------------
+
+
+def test_bad_input_errors_name_op_dtype_device() -> None:
+    x = torch.randn(2, 3, 4).to("neuron")
+    with fallback_disabled():
+        with pytest.raises(RuntimeError, match=r"native_layer_norm \(torch.float32 on neuron\).*normalized_shape"):
+            torch.ops.aten.native_layer_norm(x, [5], None, None, 1e-5)
+        with pytest.raises(IndexError, match=r"_softmax \(torch.float32 on neuron\).*Dimension out of range"):
+            torch.ops.aten._softmax(x, 3, False)
+        with pytest.raises(RuntimeError, match=r"native_group_norm \(torch.float32 on neuron\).*divisible"):
+            torch.ops.aten.native_group_norm(x, None, None, 2, 3, 4, 2, 1e-5)

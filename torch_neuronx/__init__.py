@@ -1,0 +1,37 @@
+"""TorchNeuron: the accelerator as the native PyTorch device `neuron`.
+
+`import torch` loads this package through the `torch.backends` entry point; importing it
+directly does the same. Ops run eagerly through JAX/XLA lowerings (see ARCHITECTURE.md).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+# torch first: if this import triggers torch's backend autoload, the entry point
+# (torch_neuronx._register:register) must find this package importable, not half-built.
+import torch  # noqa: F401
+
+from ._register import register
+
+__version__ = "0.1.0"
+
+
+def metrics() -> dict[str, Any]:
+    """Executable-cache and coverage counters: hits, misses (= compiles), compile seconds,
+    per-op calls, CPU fallbacks and decompositions; torch.compile's under "compile"."""
+    from . import compile as compiled
+    from .eager import metrics as eager_metrics
+
+    return {**eager_metrics.snapshot(), "compile": compiled.metrics()}
+
+
+def reset_metrics() -> None:
+    from . import compile as compiled
+    from .eager import metrics as eager_metrics
+
+    eager_metrics.reset()
+    compiled.reset_metrics()
+
+
+register()

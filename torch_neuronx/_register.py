@@ -1,0 +1,147 @@
+"""Make `neuron` a PyTorch device: PrivateUse1 rename, the `torch.neuron` module, hooks, the
+dispatcher fallback that routes every ATen op to our kernels, and the AMP dtype hook.
+
+Runs at `import torch` (autoload entry point) and must stay cheap: no JAX import here.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch.utils.backend_registration import _setup_privateuseone_for_python_backend
+
+_done = False
+_libraries: list[torch.library.Library] = []
+
+
+class _Hooks(torch._C._acc.PrivateUse1Hooks):
+    def is_available(self) -> bool:
+        return True
+
+    def has_primary_context(self, dev_id: int) -> bool:
+        return True
+
+    def is_built(self) -> bool:
+        return True
+
+
+class _Guard(torch._C._acc.DeviceGuard):
+    def type_(self) -> Any:
+        return torch._C._autograd.DeviceType.PrivateUse1
+
+
+_run: Any = None
+
+
+def _dispatch(op: torch._ops.OpOverload, *args: Any, **kwargs: Any) -> Any:
+    """Every neuron op enters here; the eager machinery (and JAX) loads on first use."""
+    global _run
+    if _run is None:
+        from .eager.dispatch import run
+
+        _run = run
+    return _run(op, *args, **kwargs)
+
+
+def register() -> None:
+    """Idempotent: set up the `neuron` device and route its ops to torch_neuronx."""
+    global _done
+    if _done:
+        return
+    _done = True
+    from . import device
+
+    if torch._C._get_privateuse1_backend_name() != "neuron":
+        _setup_privateuseone_for_python_backend("neuron", backend_module=device, hook=_Hooks(), device_guard=_Guard())
+    from . import storage
+
+    storage.register()
+    fallback = torch.library.Library("_", "IMPL")
+    fallback.fallback(_dispatch, "PrivateUse1")
+    _libraries.append(fallback)
+    # Ops whose CompositeExplicit kernels would shadow the fallback: structured ops (whose
+    # composite makes an empty output and calls `.out`), the `_foreach_*` ops (whose composite
+    # loops over single-tensor ops; one executable serves the whole list instead, and the
+    # ladder still runs that composite when an op has no lowering; `.out` forms keep theirs,
+    # which call the functional op) and the transfers we do directly.
+    overrides = torch.library.Library("aten", "IMPL")
+    structured = torch._C._dispatch_get_registrations_for_dispatch_key("CompositeExplicitAutogradNonFunctional")
+    names = [n[len("aten::") :] for n in structured if n.startswith("aten::")]
+    foreach = [
+        n[len("aten::") :]
+        for n in torch._C._dispatch_get_all_op_names()
+        if n.startswith("aten::_foreach_") and not n.endswith("out")
+    ]
+    for name in [*names, *foreach, "copy_", "_to_copy", "_copy_from", "_copy_from_and_resize"]:
+        overrides.impl(name, _bound(name), "PrivateUse1")
+    # nn.Module.to() moves a parameter in place (`param.data = moved`, keeping the Parameter
+    # object, so tied weights stay tied and optimizers keep their references) only when the two
+    # tensor types are shallow-copy compatible; C++ knows the dense CPU/CUDA/XPU/... backends but
+    # not PrivateUse1, so every .to("neuron") would replace each Parameter by a new one.
+    overrides.impl("_has_compatible_shallow_copy_type", _shallow_copy_compatible, "PrivateUse1")
+    _libraries.append(overrides)
+    _route_accelerator_synchronize()
+    from . import _autocast, pinned
+
+    _autocast.register(_libraries)
+    pinned.register()
+    from .distributed import register as register_distributed
+
+    register_distributed()
+    from .compile.registration import install
+
+    install()  # torch.compile(backend="neuron"), without importing torch._dynamo now
+
+
+def _shallow_copy_compatible(self: torch.Tensor, src: torch.Tensor) -> bool:
+    return (
+        self.layout == torch.strided
+        and src.layout == torch.strided
+        and {self.device.type, src.device.type} <= {"cpu", "neuron"}
+    )
+
+
+def _route_accelerator_synchronize() -> None:
+    """torch.accelerator.synchronize asks the C++ device guard, which a Python backend cannot
+    implement (only `type_` is overridable); route the neuron case to torch.neuron.synchronize."""
+    original = torch.accelerator.synchronize
+
+    def synchronize(device: Any = None) -> None:
+        if device is None or torch.device(device).type == "neuron":
+            if torch.accelerator.current_accelerator().type == "neuron":
+                from .device import synchronize as neuron_synchronize
+
+                return neuron_synchronize()
+        return original(device)
+
+    synchronize.__doc__ = original.__doc__
+    torch.accelerator.synchronize = synchronize
+
+
+def route(overloads: Any) -> None:
+    """Give each lowered overload that has a CompositeExplicitAutograd kernel (convolution,
+    embedding, native_layer_norm, ...) a direct PrivateUse1 kernel: that composite kernel wins
+    over the backend fallback, so without this the lowering would never run."""
+    library = torch.library.Library("aten", "IMPL")
+    for op in overloads:
+        name = op.name()
+        if torch._C._dispatch_has_kernel_for_dispatch_key(
+            name, "CompositeExplicitAutograd"
+        ) and not torch._C._dispatch_has_kernel_for_dispatch_key(name, "PrivateUse1"):
+            short = name.split("::", 1)[1]
+            library.impl(short, _bound(short), "PrivateUse1")
+    _libraries.append(library)
+
+
+def _bound(name: str) -> Any:
+    """A kernel for `name` ("add.Tensor") that resolves its OpOverload on first call."""
+    packet, _, overload = name.partition(".")
+    resolved: list[torch._ops.OpOverload] = []
+
+    def kernel(*args: Any, **kwargs: Any) -> Any:
+        if not resolved:
+            resolved.append(getattr(getattr(torch.ops.aten, packet), overload or "default"))
+        return _dispatch(resolved[0], *args, **kwargs)
+
+    return kernel

@@ -1,0 +1,199 @@
+"""torch.compile benchmarks (for `torchneuron bench`): a tiny Llama train step eager vs
+compiled on neuron next to CPU eager and CPU inductor; static-cache decode tokens/s; and time
+to the first compiled result in a fresh process with a cold vs a warm persistent cache.
+
+`python -m torch_neuronx.compile.bench [--quick]` prints a table; `run()` returns the numbers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any
+
+import torch
+
+LLAMA = dict(
+    hidden_size=64,
+    intermediate_size=128,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    vocab_size=256,
+    max_position_embeddings=256,
+)
+
+
+def tiny_llama(device: str) -> torch.nn.Module:
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    return LlamaForCausalLM(LlamaConfig(**LLAMA)).to(device)
+
+
+def _sync(device: str) -> None:
+    if device == "neuron":
+        torch.neuron.synchronize()
+
+
+def train_step(device: str, backend: str | None, steps: int = 5, batch: int = 4, seq: int = 128) -> dict[str, Any]:
+    """Seconds per AdamW step (forward, backward, step) after one warm-up step, and the
+    warm-up (first, compiling) step's seconds."""
+    torch._dynamo.reset()
+    model = tiny_llama(device).train()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    ids = torch.randint(0, LLAMA["vocab_size"], (batch, seq), generator=torch.Generator().manual_seed(0)).to(device)
+    forward = torch.compile(model, backend=backend) if backend else model
+
+    def step() -> float:
+        loss = forward(input_ids=ids, labels=ids).loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        return loss.item()
+
+    start = time.perf_counter()
+    step()
+    first = time.perf_counter() - start
+    times = []
+    for _ in range(steps):
+        start = time.perf_counter()
+        step()
+        _sync(device)
+        times.append(time.perf_counter() - start)
+    return {"step_s": statistics.median(times), "first_step_s": first}
+
+
+def decode(tokens: int = 32) -> dict[str, Any]:
+    """Static-cache greedy decoding on neuron (generate compiles the decode step with the
+    neuron backend): tokens/s of the whole generate loop and of the compiled step alone."""
+    import torch_neuronx
+
+    torch._dynamo.reset()
+    model = tiny_llama("neuron").eval()
+    ids = torch.randint(0, LLAMA["vocab_size"], (1, 8)).to("neuron")
+
+    def generate(n: int) -> Any:
+        return model.generate(ids, max_new_tokens=n, do_sample=False, cache_implementation="static", max_cache_len=64)
+
+    generate(3)  # warm-up: compiles the decode step
+    before = torch_neuronx.compile.metrics()
+    start = time.perf_counter()
+    generate(tokens + 1)
+    loop = time.perf_counter() - start
+    after = torch_neuronx.compile.metrics()
+    step = _compiled_step_seconds(model)
+    return {
+        "generate_tokens_per_s": tokens / loop,
+        "compiled_step_tokens_per_s": 1 / step,
+        "recompiles_after_warmup": after["recompiles"] - before["recompiles"],
+        "compiles_after_warmup": after["compiles"] - before["compiles"],
+    }
+
+
+def _compiled_step_seconds(model: torch.nn.Module, repeat: int = 20) -> float:
+    """One compiled decode step (a token into a static cache), timed on its own."""
+    from transformers import StaticCache
+
+    cache = StaticCache(config=model.config, max_cache_len=64)
+    step = torch.compile(model, backend="neuron", dynamic=False)
+    token = torch.zeros(1, 1, dtype=torch.long, device="neuron")
+    times = []
+    with torch.no_grad():
+        for i in range(repeat + 2):
+            position = torch.tensor([i], device="neuron")
+            start = time.perf_counter()
+            step(input_ids=token, past_key_values=cache, cache_position=position, use_cache=True)
+            torch.neuron.synchronize()
+            times.append(time.perf_counter() - start)
+    return statistics.median(times[2:])
+
+
+_FIRST_RESULT = """
+import json, time, torch, torch_neuronx, transformers.models.llama.modeling_llama
+from torch_neuronx.compile.bench import tiny_llama
+t0 = time.perf_counter()
+model = tiny_llama("neuron").eval()
+ids = torch.zeros(1, 16, dtype=torch.long, device="neuron")
+with torch.no_grad():
+    torch.compile(model, backend="neuron")(ids).logits.cpu()
+m = torch_neuronx.metrics()
+print(json.dumps([time.perf_counter() - t0, m["compile"]["compile_seconds"], m["compile_seconds"]]))
+"""
+
+
+def persistent_cache() -> dict[str, Any]:
+    """Two fresh processes sharing a new TORCH_NEURONX_CACHE_DIR, cold then warm: seconds from
+    process start, and from after the imports, to the first compiled result of the tiny Llama
+    forward; and the seconds spent building executables (graph executables, eager kernels),
+    which is what the persistent cache serves (Dynamo/AOTAutograd tracing is redone per process)."""
+    with tempfile.TemporaryDirectory() as cache_dir:
+        env = {**os.environ, "TORCH_NEURONX_CACHE_DIR": cache_dir}
+        runs = []
+        for _ in ("cold", "warm"):
+            start = time.perf_counter()
+            out = subprocess.run([sys.executable, "-c", _FIRST_RESULT], env=env, capture_output=True, text=True)
+            if out.returncode:
+                raise RuntimeError(out.stderr[-2000:])
+            runs.append((time.perf_counter() - start, *json.loads(out.stdout.strip().splitlines()[-1])))
+    result: dict[str, Any] = {}
+    for name, (total, after_imports, graph_s, eager_s) in zip(("cold", "warm"), runs):
+        result[name] = {
+            "total_s": total,
+            "after_imports_s": after_imports,
+            "graph_executables_s": graph_s,
+            "eager_kernels_s": eager_s,
+        }
+    result["speedup"] = {k: result["cold"][k] / result["warm"][k] for k in result["cold"]}
+    return result
+
+
+def run(quick: bool = False) -> dict[str, Any]:
+    steps = 2 if quick else 5
+    train = {
+        "cpu eager": train_step("cpu", None, steps),
+        "cpu inductor": train_step("cpu", "inductor", steps),
+        "neuron eager": train_step("neuron", None, steps),
+        "neuron compiled": train_step("neuron", "neuron", steps),
+    }
+    return {"train_step": train, "decode": decode(8 if quick else 32), "persistent_cache": persistent_cache()}
+
+
+def format_results(results: dict[str, Any]) -> str:
+    lines = ["tiny Llama train step (batch 4, seq 128, AdamW)", f"{'':18s} {'step s':>9s} {'first step s':>13s}"]
+    for name, r in results["train_step"].items():
+        lines.append(f"{name:18s} {r['step_s']:9.3f} {r['first_step_s']:13.2f}")
+    d = results["decode"]
+    lines.append(
+        f"static-cache decode on neuron: generate {d['generate_tokens_per_s']:.1f} tokens/s, compiled step alone "
+        f"{d['compiled_step_tokens_per_s']:.1f} tokens/s, recompiles after warm-up {d['recompiles_after_warmup']}"
+    )
+    p = results["persistent_cache"]
+    lines.append("first compiled result in a new process (cold -> warm persistent cache, seconds):")
+    for key, label in (
+        ("total_s", "process total"),
+        ("after_imports_s", "after imports"),
+        ("graph_executables_s", "graph executables built"),
+        ("eager_kernels_s", "eager kernels built"),
+    ):
+        lines.append(f"  {label:24s} {p['cold'][key]:7.2f} -> {p['warm'][key]:7.2f}  ({p['speedup'][key]:.1f}x)")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+    results = run(args.quick)
+    print(json.dumps(results, indent=2) if args.json else format_results(results))
+
+
+if __name__ == "__main__":
+    main()

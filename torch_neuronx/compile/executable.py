@@ -1,0 +1,277 @@
+"""A run of FX nodes compiled as ONE jax.jit executable, cached per input signature.
+
+Inputs are read exactly as an eager kernel reads its arguments (`eager.kernel.Call`: each
+distinct storage once, each tensor through its geometry); mutated graph inputs are scattered
+back into their storages inside the same executable. Outputs become new neuron tensors laid
+out with the strides PyTorch's meta kernels gave them, so views AOTAutograd regenerates from
+them see the same memory as in eager. Random nodes draw keys from the device RNG state, one
+offset per node in graph order, exactly as the same ops called eagerly one by one.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import torch
+from torch.fx import Node
+from torch.utils._pytree import tree_flatten, tree_unflatten
+
+from ..eager.geometry import Geometry, contiguous_strides, write
+from ..eager.kernel import _DYNAMIC_SCALARS, Call, device_keys, load_storages, read_tensor, rng_inputs, write_tensor
+from ..eager.tensor import new_tensor
+from ..ops._dtypes import jax_dtype, torch_dtype
+from . import counters as metrics
+from .nodes import Rule
+
+_STATIC = "static"
+
+
+class LoweringError(Exception):
+    """A node's lowering failed or disagreed with PyTorch's meta result while tracing."""
+
+    def __init__(self, node: Node, problem: str) -> None:
+        super().__init__(f"node `{node.name}` ({node.target}): {problem}")
+        self.node, self.problem = node, problem
+
+
+class _Entry:
+    __slots__ = ("fn", "mutated_slots", "outputs")
+
+    def __init__(self) -> None:
+        self.fn: Any = None
+        self.mutated_slots: list[int] = []
+        self.outputs: list = []  # per output node: (treedef, leaf specs)
+
+
+class Executable:
+    """Compiles `nodes` (in graph order) as one executable reading `inputs` from the env."""
+
+    def __init__(self, name: str, nodes: list[Node], rules: dict[Node, Rule], inputs: list[Node], outputs: list[Node]):
+        self.name = name
+        self.nodes, self.rules, self.inputs, self.outputs = nodes, rules, inputs, outputs
+        self.random = sum(1 for n in nodes if rules[n].random)
+        self.cache: dict[tuple, _Entry] = {}
+        self.last_key: tuple | None = None
+
+    def run(self, env: dict) -> None:
+        call = Call()
+        key = [_input_key(env[n], n, call) for n in self.inputs]
+        key.append(call.fresh_key())
+        key = tuple(key)
+        if self.random:
+            call.scalars.extend(rng_inputs(self.random))
+        entry = self.cache.get(key)
+        if entry is None:
+            start = time.perf_counter()
+            entry = _Entry()
+            entry.fn = jax.jit(self._traceable(key, entry))
+            outputs, new_buffers = entry.fn(call.inputs(), call.scalars)  # traces and compiles
+            if self.last_key is not None:
+                metrics.recompile(self.name, describe_change(self.inputs, self.last_key, key))
+            self.cache[key] = entry
+            self.last_key = key
+            metrics.compiled(time.perf_counter() - start)
+        else:
+            metrics.hit()
+            outputs, new_buffers = entry.fn(call.inputs(), call.scalars)
+        self._finish(entry, call, outputs, new_buffers, env)
+
+    def _finish(self, entry: _Entry, call: Call, outputs: list, new_buffers: list, env: dict) -> None:
+        for slot, buf in zip(entry.mutated_slots, new_buffers):
+            call.allocs[slot].buffer = buf
+        buffers = iter(outputs)
+        for node, (tree, specs) in zip(self.outputs, entry.outputs):
+            leaves = [spec[1] if spec[0] == _STATIC else _tensor(spec, next(buffers)) for spec in specs]
+            env[node] = tree_unflatten(leaves, tree)
+
+    # ---- tracing --------------------------------------------------------------------------
+
+    def _traceable(self, key: tuple, entry: _Entry) -> Callable:
+        fresh, input_keys = key[-1], key[:-1]
+        by_node = dict(zip(self.inputs, input_keys))
+
+        def run(buffers: list, scalars: list) -> tuple:
+            storage = load_storages(buffers, fresh)
+            scal = iter(scalars)
+            env = {node: _load(k, storage, scal) for node, k in zip(self.inputs, input_keys)}
+            keys = iter(device_keys(next(scal), next(scal), next(scal), self.random) if self.random else ())
+            slots: list[int] = []
+            for node in self.nodes:
+                env[node] = self._apply(node, env, storage, by_node, keys, slots)
+            entry.mutated_slots = slots
+            flat, entry.outputs = [], []
+            for node in self.outputs:
+                leaves, tree = tree_flatten(env[node])
+                fakes = tree_flatten(node.meta.get("val"))[0]
+                specs = []
+                for value, fake in zip(leaves, fakes if len(fakes) == len(leaves) else [None] * len(leaves)):
+                    if isinstance(value, jax.Array):
+                        buf, spec = _materialize(value, fake)
+                        flat.append(buf)
+                        specs.append(spec)
+                    else:
+                        specs.append((_STATIC, value))
+                entry.outputs.append((tree, specs))
+            return flat, [storage[s] for s in slots]
+
+        return run
+
+    def _apply(self, node: Node, env: dict, storage: list, by_node: dict, keys: Any, slots: list) -> Any:
+        rule = self.rules[node]
+        args, kwargs = torch.fx.node.map_arg((node.args, node.kwargs), env.__getitem__)
+        try:
+            if rule.reads_storage:
+                return _as_strided(storage, by_node[node.args[0]], *args[1:], **kwargs)
+            if rule.random:
+                value = rule.fn(args, kwargs, next(keys))
+            else:
+                value = rule.fn(args, kwargs)
+            if rule.mutated:
+                value = self._mutate(node, rule, value, env, storage, by_node, slots)
+            _check(node, value)
+        except LoweringError:
+            raise
+        except Exception as e:
+            raise LoweringError(node, f"failed to lower ({type(e).__name__}: {e})") from e
+        return value
+
+    def _mutate(self, node: Node, rule: Rule, result: Any, env: dict, storage: list, by_node: dict, slots: list):
+        """Write new values of mutated graph inputs into their storages; the node's value."""
+        kernel = rule.kernel
+        bound = kernel.bind(node.args, node.kwargs)
+        pairs, fresh = kernel.mutations(result, bound)
+        for target, value in pairs:
+            value = jnp.broadcast_to(value, env[target].shape).astype(env[target].dtype)
+            slot = write_tensor(storage, by_node[target], value)
+            if slot not in slots:
+                slots.append(slot)
+            env[target] = value
+        pending = iter(fresh if isinstance(fresh, (tuple, list)) else (fresh,))
+        current = env.__getitem__
+        results = [next(pending) if i is None else torch.fx.node.map_arg(bound[i], current) for i in kernel.returns]
+        return results[0] if len(results) == 1 else tuple(results)
+
+
+def _input_key(value: Any, node: Node, call: Call) -> Any:
+    if isinstance(value, torch.Tensor):
+        return call.tensor(value, node.name)
+    if isinstance(value, _DYNAMIC_SCALARS):
+        call.scalars.append(value)
+        return type(value)
+    return (_STATIC, value)
+
+
+def _load(k: Any, storage: list, scal: Any) -> Any:
+    if isinstance(k, type) or k[0] == "cpu0":
+        return next(scal)
+    if k[0] == _STATIC:
+        return k[1]
+    return read_tensor(storage, k)
+
+
+def _as_strided(storage: list, source: tuple, size: Any, stride: Any, storage_offset: Any = None) -> Any:
+    """as_strided of a graph input: its storage read with the given geometry, as eager does."""
+    slot, dtype, _, _, offset, bits = source
+    offset = offset if storage_offset is None else storage_offset
+    return read_tensor(storage, (slot, dtype, tuple(size), tuple(stride), offset, bits))
+
+
+def _check(node: Node, value: Any) -> None:
+    """The lowering's result must have PyTorch's dtype and shape (as the meta kernel says)."""
+    leaves = tree_flatten(value)[0]
+    fakes = tree_flatten(node.meta.get("val"))[0]
+    if len(leaves) != len(fakes):
+        return
+    for got, fake in zip(leaves, fakes):
+        if not (isinstance(got, jax.Array) and isinstance(fake, torch.Tensor)):
+            continue
+        static = [s for s in fake.shape if isinstance(s, int)]
+        shape_ok = len(got.shape) == fake.dim() and all(
+            not isinstance(s, int) or s == g for s, g in zip(fake.shape, got.shape)
+        )
+        if np.dtype(got.dtype) != np.dtype(jax_dtype(fake.dtype)) or not shape_ok:
+            raise LoweringError(
+                node,
+                f"has a lowering that returned {np.dtype(got.dtype)}{list(got.shape)} but PyTorch gives "
+                f"{fake.dtype}{list(fake.shape) if len(static) == fake.dim() else '(symbolic)'}",
+            )
+
+
+def _materialize(value: Any, fake: Any) -> tuple[Any, tuple]:
+    """The output's storage buffer and `new_tensor` arguments, laid out as the meta strides say."""
+    shape = tuple(value.shape)
+    dtype = torch_dtype(value)
+    strides = output_strides(fake, shape)
+    if strides == contiguous_strides(shape):
+        return value.reshape(-1), (shape, dtype, None, None)
+    count = 0 if 0 in shape else 1 + sum((n - 1) * s for n, s in zip(shape, strides))
+    buf = write(jnp.zeros(count, value.dtype), Geometry(shape, strides, 0), value)
+    return buf, (shape, dtype, strides, count * dtype.itemsize)
+
+
+def _tensor(spec: tuple, buffer: Any) -> torch.Tensor:
+    shape, dtype, strides, nbytes = spec
+    return new_tensor(shape, dtype, buffer, strides, nbytes)
+
+
+def output_strides(fake: Any, shape: tuple) -> tuple:
+    """Strides of an output: the meta strides when static; for symbolic ones, dense strides in
+    the same dimension order (judged on the size hints)."""
+    if not isinstance(fake, torch.Tensor) or fake.dim() != len(shape):
+        return contiguous_strides(shape)
+    strides = fake.stride()
+    if all(isinstance(s, int) for s in strides):
+        return tuple(strides)
+    order = sorted(range(len(shape)), key=lambda d: (-_hint(strides[d]), d))
+    dense, acc = [0] * len(shape), 1
+    for d in reversed(order):
+        dense[d] = acc
+        acc *= max(shape[d], 1)
+    return tuple(dense)
+
+
+def _hint(s: Any) -> int:
+    if isinstance(s, int):
+        return s
+    try:
+        return int(s.node.hint if s.node.hint is not None else s.node.shape_env.size_hint(s.node.expr))
+    except Exception:
+        return 0
+
+
+def describe_change(names: list[Node], old: tuple, new: tuple) -> str:
+    """Which input's signature changed between two executable keys, in words."""
+    for node, a, b in zip(names, old, new):
+        if a == b:
+            continue
+        if _is_tensor_key(a) and _is_tensor_key(b):
+            if a[1] != b[1]:
+                return f"input `{node.name}`: dtype {a[1]} -> {b[1]}"
+            if tuple(a[2]) != tuple(b[2]):
+                return f"input `{node.name}`: shape {tuple(a[2])} -> {tuple(b[2])}"
+            if (a[3], a[4]) != (b[3], b[4]):
+                return f"input `{node.name}`: strides/offset {a[3]}+{a[4]} -> {b[3]}+{b[4]}"
+            if a[5] != b[5]:
+                return f"input `{node.name}`: conjugate/negative bits {a[5]} -> {b[5]}"
+            return f"input `{node.name}`: now shares its storage with another input"
+        return f"input `{node.name}`: {_words(a)} -> {_words(b)}"
+    return "an input storage changed between never-written and written"
+
+
+def _is_tensor_key(k: Any) -> bool:
+    return isinstance(k, tuple) and len(k) == 6 and isinstance(k[0], int)
+
+
+def _words(k: Any) -> str:
+    if _is_tensor_key(k):
+        return f"tensor {k[1]}{list(k[2])}"
+    if isinstance(k, type):
+        return k.__name__
+    if k[0] == "cpu0":
+        return f"CPU scalar tensor {k[1]}"
+    return repr(k[1])

@@ -1,0 +1,194 @@
+"""One AOTAutograd graph (forward, backward or inference) as runnable steps.
+
+When every node has a rule the graph is ONE executable. A node without one (no lowering yet,
+a device transfer, a lowering that failed to trace) either makes compilation fail with an
+error naming it, or, with `fallback_execution`, runs eagerly on neuron between compiled
+regions: the graph is split at such nodes and each maximal run of lowerable nodes is one
+executable. Graph outputs that are views are replayed eagerly (metadata only) on the real
+tensor they view, so they alias inputs and each other exactly as in eager.
+"""
+
+from __future__ import annotations
+
+import operator
+import warnings
+from typing import Any
+
+import torch
+from torch.fx import GraphModule, Node
+
+from . import counters as metrics
+from .executable import Executable, LoweringError
+from .nodes import Rule, is_view, rule_for
+
+_warned: set[str] = set()
+
+
+class NeuronCompileError(RuntimeError):
+    """A graph cannot be compiled for neuron and eager fallback is off."""
+
+
+class _Eager:
+    """A node run eagerly on neuron (through the same dispatcher as any eager op)."""
+
+    def __init__(self, node: Node) -> None:
+        self.node = node
+        self.nodes = [node]
+
+    def run(self, env: dict) -> None:
+        _run_eagerly(self.node, env)
+        metrics.eager_call()
+
+
+def _run_eagerly(node: Node, env: dict) -> None:
+    args, kwargs = torch.fx.node.map_arg((node.args, node.kwargs), env.__getitem__)
+    env[node] = node.target(*args, **kwargs)
+
+
+class CompiledGraph:
+    """Runs one FX graph; called with the boxed list of graph inputs (released as consumed)."""
+
+    def __init__(self, gm: GraphModule, name: str, fallback: bool) -> None:
+        self.name, self.fallback = name, fallback
+        self._boxed_call = True  # an instance attribute: Dynamo's wrappers copy __dict__
+        graph_nodes = list(gm.graph.nodes)
+        self.placeholders = [n for n in graph_nodes if n.op == "placeholder"]
+        self.output = next(n for n in graph_nodes if n.op == "output")
+        self.constants = {n: _constant(gm, n) for n in graph_nodes if n.op == "get_attr"}
+        self.body = [n for n in graph_nodes if n.op == "call_function"]
+        self.rules: dict[Node, Rule | str] = {n: rule_for(n) for n in self.body}
+        self.tail = self._output_views()
+        self.eager: set[Node] = set()
+        missing = [n for n in self.body if isinstance(self.rules[n], str)]
+        if missing and not fallback:
+            others = sorted({str(n.target) for n in missing[1:]} - {str(missing[0].target)})
+            raise NeuronCompileError(_refusal(self.name, missing[0], self.rules[missing[0]], others))
+        for node in missing:
+            self._demote(node, self.rules[node])
+        self.executables: dict[tuple, Executable] = {}
+        self._partition()
+
+    def __call__(self, args: list) -> Any:
+        env: dict[Node, Any] = dict(zip(self.placeholders, args))
+        env.update(self.constants)
+        args.clear()
+        done: set[Node] = set()
+        index = 0
+        while index < len(self.steps):
+            step = self.steps[index]
+            try:
+                step.run(env)
+            except LoweringError as e:
+                if not self.fallback:
+                    raise NeuronCompileError(_refusal(self.name, e.node, e.problem, [])) from e
+                self._demote(e.node, e.problem)
+                self._partition()
+                index = next(i for i, s in enumerate(self.steps) if s.nodes[0] not in done)
+                continue
+            for node in self.releases[index]:
+                env.pop(node, None)  # free device memory as soon as nothing later reads it
+            done.update(step.nodes)
+            index += 1
+        for node in self.tail:
+            _run_eagerly(node, env)
+        return list(torch.fx.node.map_arg(self.output.args[0], env.__getitem__))
+
+    # ---- planning -------------------------------------------------------------------------
+
+    def _demote(self, node: Node, reason: str) -> None:
+        """Run `node` eagerly (its getitems with it), or fail if fallback is off."""
+        name = str(node.target)
+        self.rules[node] = reason
+        self.eager.add(node)
+        self.eager.update(u for u in node.users if u.target is operator.getitem)
+        metrics.eager_nodes[name] += 1
+        if name not in _warned:
+            _warned.add(name)
+            warnings.warn(
+                f"neuron compile: {name} {reason}; the graph is split there and the node runs eagerly "
+                "(options={'fallback_execution': False} makes this an error)",
+                stacklevel=2,
+            )
+
+    def _output_views(self) -> list[Node]:
+        """View nodes (and getitems of views) that only feed graph outputs through views: run
+        eagerly after everything else, on the tensors they view."""
+        tail: set[Node] = set()
+        pending = list(self.output.all_input_nodes)
+        while pending:
+            node = pending.pop()
+            if node in tail or node.op != "call_function" or not _is_view_like(node):
+                continue
+            tail.add(node)
+            pending.append(node.args[0])
+        return [n for n in self.body if n in tail]
+
+    def _partition(self) -> None:
+        """Steps: maximal runs of nodes with a rule as executables, the rest eager; and per step
+        the values no later step, output or output view needs."""
+        tail = set(self.tail)
+        needed: set[Node] = set()
+        for node in reversed(self.body):  # tail views that graph nodes (not just outputs) use
+            if node not in tail or any(u in needed for u in node.users):
+                needed.add(node)
+        inside = [n for n in self.body if n in needed]
+        steps: list = []
+        run: list[Node] = []
+        for node in inside:
+            if node in self.eager:
+                steps.extend([self._executable(run)] if run else [])
+                steps.append(_Eager(node))
+                run = []
+            else:
+                run.append(node)
+        steps.extend([self._executable(run)] if run else [])
+        kept = set(self.output.all_input_nodes).union(*(n.all_input_nodes for n in self.tail))
+        last = {arg: i for i, step in enumerate(steps) for node in step.nodes for arg in node.all_input_nodes}
+        self.releases: list[list[Node]] = [[] for _ in steps]
+        for node, i in last.items():
+            if node not in kept and node.op != "get_attr":
+                self.releases[i].append(node)
+        self.steps = steps
+
+    def _executable(self, nodes: list[Node]) -> Executable:
+        """The executable for exactly these nodes (kept across re-partitioning, with its cache)."""
+        key = tuple(nodes)
+        if key not in self.executables:
+            members = set(nodes)
+            inputs: list[Node] = []
+            for node in nodes:
+                for arg in node.all_input_nodes:
+                    if arg not in members and arg not in inputs:
+                        inputs.append(arg)
+            replayed = set(self.tail)  # output views are replayed eagerly on their sources
+            outputs = [n for n in nodes if any(u not in members or u in replayed for u in n.users)]
+            part = f"{self.name}" if len(self.executables) == 0 else f"{self.name}[{len(self.executables)}]"
+            self.executables[key] = Executable(part, nodes, self.rules, inputs, outputs)
+        return self.executables[key]
+
+
+def _refusal(graph: str, node: Node, reason: str, others: list[str]) -> str:
+    more = f" (also without a rule: {', '.join(others)})" if others else ""
+    return (
+        f"neuron compile: graph `{graph}`: node `{node.name}` ({node.target}) {reason}{more}; it cannot be part of "
+        "a compiled neuron executable. Pass options={'fallback_execution': True} to torch.compile to run such nodes "
+        "eagerly between compiled regions (TORCH_NEURONX_DISABLE_FALLBACK=1 makes False the default)."
+    )
+
+
+def _is_view_like(node: Node) -> bool:
+    """A view op (served as metadata in eager), or a getitem of one."""
+    if node.target is operator.getitem:
+        source = node.args[0]
+        return isinstance(source, Node) and source.op == "call_function" and _is_view_like(source)
+    return isinstance(node.target, torch._ops.OpOverload) and is_view(node.target)
+
+
+def _constant(gm: GraphModule, node: Node) -> Any:
+    """A get_attr constant: CPU tensors (other than 0-d scalars) are moved to neuron once."""
+    value = gm
+    for part in str(node.target).split("."):
+        value = getattr(value, part)
+    if isinstance(value, torch.Tensor) and value.device.type == "cpu" and value.dim() > 0:
+        value = value.to("neuron")
+    return value

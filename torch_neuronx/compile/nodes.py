@@ -1,0 +1,144 @@
+"""How one FX node runs inside a compiled executable.
+
+Every ATen node runs through the SAME lowering eager uses (`ops.LOWERINGS`), bound exactly as
+the eager kernel binds it (schema order, float scalars weakly typed, everything else static).
+View nodes need no lowering: eager serves them as metadata, so here they read the input's
+elements through the geometry PyTorch's own meta kernel gives the view. Size arithmetic
+(`sym_size`, `operator.mul` on SymInts) is evaluated in Python on the concrete sizes of the
+trace. A node with no rule runs eagerly between compiled regions (or is an error).
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import jax.numpy as jnp
+import torch
+from torch.fx import Node
+from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
+
+from .. import ops
+from ..eager.geometry import Geometry, read
+from ..eager.kernel import _DYNAMIC_SCALARS, STATIC, Kernel, _typed
+from ..ops._dtypes import torch_dtype
+
+aten = torch.ops.aten
+OpOverload = torch._ops.OpOverload
+_AS_STRIDED = {aten.as_strided.default}
+_SIZE_QUERIES: dict[Any, Callable[..., Any]] = {
+    aten.sym_size.int: lambda x, dim: x.shape[dim],
+    aten.sym_numel.default: lambda x: x.size,
+}
+
+
+@dataclass
+class Rule:
+    """What a compiled executable does for one node."""
+
+    fn: Callable[..., Any] | None  # takes the node's resolved (args, kwargs[, key])
+    random: bool = False  # gets `key=` from the device RNG state (one offset per node)
+    mutated: list[int] = field(default_factory=list)  # positions of arguments it writes
+    reads_storage: bool = False  # as_strided of a graph input: reads the input's storage
+    kernel: Kernel | None = None  # the eager kernel of a mutating op (its binder and return plan)
+
+
+def tensor_args(node: Node) -> list[Node]:
+    found: list[Node] = []
+    torch.fx.node.map_arg((node.args, node.kwargs), lambda n: found.append(n) if _is_tensor(n) else None)
+    return found
+
+
+def _is_tensor(n: Node) -> bool:
+    return isinstance(n.meta.get("val"), torch.Tensor)
+
+
+def _values(node: Node) -> list[Any]:
+    return torch.utils._pytree.tree_leaves(node.meta.get("val"))
+
+
+def rule_for(node: Node) -> Rule | str:
+    """The node's rule, or the reason it cannot run inside an executable."""
+    target = node.target
+    if target is operator.getitem:
+        return Rule(lambda args, kwargs: args[0][args[1]])
+    inputs = [v for n in tensor_args(node) for v in _values(n) if isinstance(v, torch.Tensor)]
+    outputs = [v for v in _values(node) if isinstance(v, torch.Tensor)]
+    # CPU scalar tensors join as values, as in eager (a CUDA-like rule); anything else off neuron
+    if any(v.device.type != "neuron" for v in outputs) or any(
+        v.device.type != "neuron" and not (v.device.type == "cpu" and v.dim() == 0) for v in inputs
+    ):
+        return "moves data between neuron and another device"
+    if free_unbacked_symbols(node.meta.get("val")):
+        return "has a data-dependent output shape"
+    if not isinstance(target, OpOverload):
+        if any(isinstance(v, torch.Tensor) for v in _values(node)) or tensor_args(node):
+            return f"{target} is not an ATen op"
+        return Rule(lambda args, kwargs: target(*args, **kwargs))
+    if target in _SIZE_QUERIES:
+        query = _SIZE_QUERIES[target]
+        return Rule(lambda args, kwargs: query(*args, **kwargs))
+    lowering = ops.load().get(target)
+    if lowering is not None:
+        return _lowered(node, target, lowering)
+    if is_view(target):
+        return _view(node, target)
+    return "has no lowering"
+
+
+def _lowered(node: Node, op: OpOverload, lowering: ops.Lowering) -> Rule | str:
+    kernel = Kernel(op, lowering)  # for its binder and argument kinds, shared with eager
+    bind, kinds, fn = kernel.bind, kernel.kinds, lowering.fn
+    for index in kernel.mutated:
+        value = bind(node.args, node.kwargs)[index]
+        written = value if isinstance(value, (list, tuple)) else [value]
+        if any(isinstance(w, Node) and w.op != "placeholder" for w in written):
+            return "mutates a value computed inside the graph"
+
+    def run(args: tuple, kwargs: dict, key: Any = None) -> Any:
+        values = bind(args, kwargs)
+        for i, (kind, v) in enumerate(zip(kinds, values)):
+            if kind != STATIC:  # as eager: float scalars (alone or in a list) weakly typed, not Python floats
+                values[i] = [_weak(x) for x in v] if isinstance(v, (list, tuple)) else _weak(v)
+        return fn(*values) if key is None else fn(*values, key=key)
+
+    return Rule(run, random=lowering.random, mutated=kernel.mutated, kernel=kernel)
+
+
+def _weak(v: Any) -> Any:
+    return jnp.asarray(v) if isinstance(v, _DYNAMIC_SCALARS) else v
+
+
+def is_view(op: OpOverload) -> bool:
+    """Every return aliases an input without writing it (eager serves it as metadata)."""
+    returns = op._schema.returns
+    return bool(returns) and all(r.alias_info is not None and not r.alias_info.is_write for r in returns)
+
+
+def _view(node: Node, op: OpOverload) -> Rule | str:
+    """A view op: PyTorch's meta kernel gives the view's geometry over a contiguous input."""
+    source = node.args[0]
+    if op in _AS_STRIDED:
+        if source.op == "placeholder":
+            return Rule(None, reads_storage=True)
+        fake = source.meta.get("val")
+        if not (isinstance(fake, torch.Tensor) and fake.is_contiguous() and fake.storage_offset() == 0):
+            return "as_strided of a non-contiguous intermediate depends on its memory layout"
+    if any(isinstance(a, Node) and _is_tensor(a) for a in (*node.args[1:], *node.kwargs.values())):
+        return "view op with more than one tensor argument"
+
+    def run(args: tuple, kwargs: dict) -> Any:
+        x, rest = args[0], args[1:]
+        meta = op(torch.empty(x.shape, dtype=torch_dtype(x), device="meta"), *rest, **kwargs)
+        flat = x.reshape(-1)
+        if isinstance(meta, torch.Tensor):
+            return _read_view(flat, meta)
+        return [_read_view(flat, m) for m in meta]
+
+    return Rule(run)
+
+
+def _read_view(flat: Any, meta: torch.Tensor) -> Any:
+    return read(_typed(flat, meta.dtype), Geometry(tuple(meta.shape), tuple(meta.stride()), meta.storage_offset()))

@@ -1,0 +1,158 @@
+"""Distributed benchmarks for `torchneuron bench`: all-reduce bus bandwidth on neuron tensors next
+to Gloo on plain CPU tensors, and FSDP2 training step time, for several process counts.
+
+Each measurement spawns its own processes (loopback TCPStore, one `neuron:0` per process) and
+returns plain dicts. `python -m torch_neuronx.distributed.bench` prints a table.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import statistics
+import time
+from typing import Any
+
+MB = 2**20
+DEFAULT_SIZES_MB = (1, 4, 16, 64, 256)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _spawn(fn: Any, world: int, *args: Any) -> Any:
+    """Run fn(rank, world, port, queue, *args) on `world` processes; return rank 0's result."""
+    import torch.multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    queue = ctx.SimpleQueue()
+    port = _free_port()
+    mp.start_processes(fn, args=(world, port, queue, *args), nprocs=world, join=True, start_method="spawn")
+    return queue.get()
+
+
+def _init(rank: int, world: int, port: int, backend: str) -> None:
+    os.environ.update(
+        MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank)
+    )
+    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    import torch.distributed as dist
+
+    dist.init_process_group(backend)
+
+
+def _time(fn: Any, iters: int) -> float:
+    """Median seconds of `fn()` over `iters` runs after one warm-up (collectives synchronize)."""
+    fn()
+    samples = []
+    for _ in range(iters):
+        start = time.perf_counter()
+        fn()
+        samples.append(time.perf_counter() - start)
+    return statistics.median(samples)
+
+
+def _allreduce_worker(rank: int, world: int, port: int, queue: Any, sizes_mb: tuple[int, ...], iters: int) -> None:
+    import torch
+    import torch.distributed as dist
+
+    _init(rank, world, port, "cpu:gloo,neuron:neuron")
+    rows = []
+    for size in sizes_mb:
+        numel = size * MB // 4
+        row = {"world": world, "size_mb": size}
+        for device in ("neuron", "cpu"):
+            t = torch.ones(numel, device=device)
+            seconds = _time(lambda t=t: dist.all_reduce(t), iters if size < 64 else max(1, iters // 2))
+            algbw = size * MB / seconds / 1e9
+            row[device] = {"ms": seconds * 1e3, "algbw_gbs": algbw, "busbw_gbs": algbw * 2 * (world - 1) / world}
+            del t
+        rows.append(row)
+    if rank == 0:
+        queue.put(rows)
+    dist.destroy_process_group()
+
+
+def allreduce_bandwidth(
+    worlds: tuple[int, ...] = (2, 4), sizes_mb: tuple[int, ...] = DEFAULT_SIZES_MB, iters: int = 5
+) -> list[dict[str, Any]]:
+    """All-reduce (SUM, float32) time and bus bandwidth per size and process count, neuron
+    tensors (staged through host) next to Gloo on CPU tensors."""
+    rows: list[dict[str, Any]] = []
+    for world in worlds:
+        rows += _spawn(_allreduce_worker, world, tuple(sizes_mb), iters)
+    return rows
+
+
+def _fsdp_worker(rank: int, world: int, port: int, queue: Any, dim: int, depth: int, batch: int, steps: int) -> None:
+    import torch
+    import torch.distributed as dist
+    import torch.nn.functional as F  # noqa: N812
+    from torch import nn
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    _init(rank, world, port, "neuron")
+    torch.manual_seed(0)
+    blocks = [nn.Sequential(nn.Linear(dim, 4 * dim), nn.GELU(), nn.Linear(4 * dim, dim)) for _ in range(depth)]
+    model = nn.Sequential(*blocks).to("neuron")
+    mesh = init_device_mesh("neuron", (world,))
+    for block in model:
+        fully_shard(block, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    x = torch.randn(batch, dim, device="neuron")
+
+    def step() -> None:
+        loss = F.mse_loss(model(x), x)
+        loss.backward()
+        with torch.no_grad():
+            for p in model.parameters():
+                p.sub_(p.grad * 1e-3)
+                p.grad = None
+        loss.item()  # wait for the step's device work
+
+    seconds = _time(step, steps)
+    params = sum(p.numel() for p in model.parameters())
+    if rank == 0:
+        queue.put({"world": world, "params": params, "batch_per_rank": batch, "step_ms": seconds * 1e3})
+    dist.destroy_process_group()
+
+
+def fsdp_step_time(
+    worlds: tuple[int, ...] = (1, 2, 4), dim: int = 256, depth: int = 4, batch: int = 8, steps: int = 3
+) -> list[dict[str, Any]]:
+    """FSDP2 (`fully_shard` per block) forward + backward + SGD step time per process count."""
+    return [_spawn(_fsdp_worker, world, dim, depth, batch, steps) for world in worlds]
+
+
+def run(worlds: tuple[int, ...] = (2, 4), sizes_mb: tuple[int, ...] = DEFAULT_SIZES_MB) -> dict[str, Any]:
+    """Both benchmarks, as `torchneuron bench` reports them."""
+    return {
+        "allreduce": allreduce_bandwidth(worlds, sizes_mb),
+        "fsdp2": fsdp_step_time((1, *worlds)),
+        "cpu_count": os.cpu_count(),
+    }
+
+
+def format_table(result: dict[str, Any]) -> str:
+    lines = [
+        f"all-reduce float32 (host cores: {result['cpu_count']})",
+        "procs  size    neuron ms  busbw GB/s   gloo-cpu ms  busbw GB/s",
+    ]
+    for row in result["allreduce"]:
+        n, c = row["neuron"], row["cpu"]
+        lines.append(
+            f"{row['world']:>5}  {row['size_mb']:>4}MB {n['ms']:>10.1f} {n['busbw_gbs']:>11.3f} "
+            f"{c['ms']:>13.1f} {c['busbw_gbs']:>11.3f}"
+        )
+    lines += ["", "FSDP2 step (fwd+bwd+update)", "procs  params     ms/step"]
+    for row in result["fsdp2"]:
+        lines.append(f"{row['world']:>5}  {row['params']:>9,} {row['step_ms']:>10.1f}")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    print(format_table(run()))

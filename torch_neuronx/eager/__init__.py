@@ -1,0 +1,1 @@
+"""Eager execution: PrivateUse1 kernels that run lowerings on device buffers."""

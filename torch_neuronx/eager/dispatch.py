@@ -1,0 +1,266 @@
+"""The coverage ladder: which kernel serves an ATen overload on neuron (DESIGN 5).
+
+own lowering -> lowering of the functional twin (in-place, out=) -> PyTorch's composite
+kernel or decomposition, which stay on device -> CPU fallback (counted, warned once, or an error when
+TORCH_NEURONX_DISABLE_FALLBACK=1). Hand-written kernels (views, copies, factories) come first.
+Kernels are built on an op's first call and kept in KERNELS.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from .. import ops
+from ..ops import Lowering, is_mutating
+from . import metrics
+from .kernel import Binder, Kernel
+
+OpOverload = torch._ops.OpOverload
+KERNELS: dict[OpOverload, Callable[..., Any]] = {}
+SPECIAL: dict[OpOverload, Callable[..., Any]] = {}
+_CPU = torch._C.DispatchKeySet(torch._C.DispatchKey.CPU)
+_TENSOR_OPTIONS = {"dtype", "layout", "device", "pin_memory"}
+_state = threading.local()
+
+
+def special(*overloads: OpOverload) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Register a hand-written kernel (views, transfers, factories) for these overloads."""
+
+    def register(fn: Callable[..., Any]) -> Callable[..., Any]:
+        for op in overloads:
+            SPECIAL[op] = fn
+        return fn
+
+    return register
+
+
+def run(op: OpOverload, *args: Any, **kwargs: Any) -> Any:
+    """The PrivateUse1 fallback: every ATen op on neuron tensors lands here."""
+    kernel = KERNELS.get(op)
+    if kernel is None:
+        kernel = KERNELS[op] = build(op)
+    return kernel(*args, **kwargs)
+
+
+def kernel_for(op: OpOverload) -> Callable[..., Any]:
+    kernel = KERNELS.get(op)
+    if kernel is None:
+        kernel = KERNELS[op] = build(op)
+    return kernel
+
+
+def build(op: OpOverload) -> Callable[..., Any]:
+    from . import special_kernels  # noqa: F401  (fills SPECIAL)
+
+    lowerings = ops.load()
+    if op in SPECIAL:
+        return SPECIAL[op]
+    if op in lowerings:
+        return Kernel(op, lowerings[op])
+    if _is_view(op) or torch.Tag.inplace_view in op.tags:  # (in-place) views change metadata only
+        handle = op._handle
+        return lambda *args, **kwargs: handle.redispatch_boxed(_CPU, *args, **kwargs)
+    twin = functional_twin(op)
+    if twin is not None and twin in lowerings:
+        if _out_indices(op):
+            return OutKernel(op, twin)
+        return Kernel(op, _inplace(lowerings[twin], str(op)))
+    if _has_composite(op):
+        handle = op._handle
+        return lambda *args, **kwargs: handle.redispatch_boxed(_CPU, *args, **kwargs)
+    decomposition = _decompositions().get(op)
+    if decomposition is not None:
+        return Decomposed(op, decomposition)
+    return CpuFallback(op)
+
+
+def _has_composite(op: OpOverload) -> bool:
+    """An op routed here over its CompositeExplicitAutograd kernel (`_register`: the `_foreach_*`
+    family) runs that kernel when it has no lowering; its pieces dispatch back to neuron. With no
+    CPU kernel of its own, the composite fills the CPU slot, so redispatching to CPU reaches it."""
+    name = op.name()
+    return torch._C._dispatch_has_kernel_for_dispatch_key(
+        name, "CompositeExplicitAutograd"
+    ) and not torch._C._dispatch_has_kernel_for_dispatch_key(name, "CPU")
+
+
+def _is_view(op: OpOverload) -> bool:
+    returns = op._schema.returns
+    return (
+        len(returns) == 1
+        and returns[0].alias_info is not None
+        and not returns[0].alias_info.is_write
+        and torch._C._dispatch_has_kernel_for_dispatch_key(op.name(), "CPU")
+    )
+
+
+def _out_indices(op: OpOverload) -> list[int]:
+    return [i for i, a in enumerate(op._schema.arguments) if a.is_out]
+
+
+def functional_twin(op: OpOverload) -> OpOverload | None:
+    """`add_.Tensor` -> `add.Tensor`; `add.out` -> `add.Tensor` (matched by argument names)."""
+    if not is_mutating(op):
+        return None
+    name = op._schema.name.split("::")[1]
+    packet = getattr(torch.ops.aten, name.rstrip("_"), None) if name.endswith("_") else op._overloadpacket
+    if packet is None:
+        return None
+    if name.endswith("_"):
+        twin = getattr(packet, op._overloadname, None)
+        return twin if twin is not None and not is_mutating(twin) else None
+    wanted = [a.name for a in op._schema.arguments if not a.is_out]
+    for overload in packet.overloads():
+        candidate = getattr(packet, overload)
+        names = [a.name for a in candidate._schema.arguments]
+        if not is_mutating(candidate) and [n for n in names if n in wanted or n not in _TENSOR_OPTIONS] == wanted:
+            return candidate
+    return None
+
+
+def _inplace(functional: Lowering, name: str) -> Lowering:
+    """Derive an in-place lowering: the functional result must fit `self` and cast to it."""
+    from ..ops._dtypes import torch_dtype
+
+    def fn(self: Any, *rest: Any, **kwargs: Any) -> Any:
+        result = functional.fn(self, *rest, **kwargs)
+        pairs = zip(self, result) if isinstance(self, list) else [(self, result)]
+        for target, value in pairs:
+            if tuple(value.shape) != tuple(target.shape):
+                raise RuntimeError(
+                    f"neuron: {name}: output with shape {list(target.shape)} doesn't match the "
+                    f"broadcast shape {list(value.shape)}"
+                )
+            _check_cast(torch_dtype(value), torch_dtype(target), name)
+        return result
+
+    return dataclasses.replace(functional, fn=fn)
+
+
+def _check_cast(result: torch.dtype, out: torch.dtype, name: str) -> None:
+    if not torch.can_cast(result, out):
+        raise RuntimeError(f"neuron: {name}: result type {result} can't be cast to the desired output type {out}")
+
+
+class OutKernel:
+    """`op.out(...)`: run the functional twin, then resize `out` if needed and copy into it."""
+
+    def __init__(self, op: OpOverload, twin: OpOverload) -> None:
+        self.name = str(op)
+        self.bind = Binder(op._schema)
+        self.outs = _out_indices(op)
+        self.inputs = [i for i in range(len(op._schema.arguments)) if i not in self.outs]
+        twin_names = {a.name for a in twin._schema.arguments}
+        own_names = {a.name for a in op._schema.arguments}
+        self.takes_dtype = "dtype" in twin_names and "dtype" not in own_names
+        self.input_names = [op._schema.arguments[i].name for i in self.inputs]
+        self.twin = kernel_for(twin)
+
+    def __call__(this, *args: Any, **kwargs: Any) -> Any:  # noqa: N805 - `self` is an ATen argument name
+        values = this.bind(args, kwargs)
+        outs = [values[i] for i in this.outs]
+        call_kwargs = {n: values[i] for n, i in zip(this.input_names, this.inputs)}
+        if this.takes_dtype:
+            call_kwargs["dtype"] = outs[0].dtype
+        result = this.twin(**call_kwargs)
+        results = result if isinstance(result, (tuple, list)) else (result,)
+        for out, value in zip(outs, results):
+            _check_cast(value.dtype, out.dtype, this.name)
+            if out.shape != value.shape:
+                out.resize_(value.shape)
+            out.copy_(value)
+        return outs[0] if len(outs) == 1 else tuple(outs)
+
+
+def _decompositions() -> dict:
+    from torch._decomp import decomposition_table
+
+    return decomposition_table
+
+
+class Decomposed:
+    """Run PyTorch's decomposition of `op`; its pieces dispatch back to neuron."""
+
+    def __init__(self, op: OpOverload, fn: Callable[..., Any]) -> None:
+        self.op, self.fn, self.name = op, fn, str(op)
+
+    def __call__(this, *args: Any, **kwargs: Any) -> Any:  # noqa: N805 - `self` is an ATen argument name
+        active = _state.__dict__.setdefault("decomposing", set())
+        if this.op in active:
+            return CpuFallback(this.op)(*args, **kwargs)
+        active.add(this.op)
+        try:
+            metrics.decompositions[this.name] += 1
+            return this.fn(*args, **kwargs)
+        finally:
+            active.discard(this.op)
+
+
+def fallback_disabled() -> bool:
+    return os.environ.get("TORCH_NEURONX_DISABLE_FALLBACK", "0") not in ("", "0", "false", "False")
+
+
+_warned: set[str] = set()
+
+
+class CpuFallback:
+    """Copy neuron tensors to CPU, run the CPU kernel, copy results and mutations back."""
+
+    def __init__(self, op: OpOverload) -> None:
+        self.op, self.name = op, str(op)
+        self.mutated = [a.name for a in op._schema.arguments if a.alias_info is not None and a.alias_info.is_write]
+        self.bind = Binder(op._schema)
+
+    def __call__(this, *args: Any, **kwargs: Any) -> Any:  # noqa: N805 - `self` is an ATen argument name
+        if fallback_disabled():
+            raise NotImplementedError(
+                f"neuron: no lowering for {this.name} and TORCH_NEURONX_DISABLE_FALLBACK=1 forbids the CPU "
+                "fallback. Unset it to run this op on CPU, or add a lowering in torch_neuronx/ops."
+            )
+        if this.name not in _warned:
+            _warned.add(this.name)
+            import warnings
+
+            warnings.warn(
+                f"neuron: {this.name} has no device lowering; running it on CPU (copies in and out). "
+                "Set TORCH_NEURONX_DISABLE_FALLBACK=1 to make this an error.",
+                stacklevel=3,
+            )
+        metrics.fallbacks[this.name] += 1
+        values = this.bind(args, kwargs)
+        names = this.bind.names
+        cpu_values = [_to_cpu(v, name) for v, name in zip(values, names)]
+        result = this.op(*cpu_values[: len(args)], **dict(zip(names[len(args) :], cpu_values[len(args) :])))
+        mutated = {}
+        for name in this.mutated:
+            original, on_cpu = values[names.index(name)], cpu_values[names.index(name)]
+            pairs = zip(original, on_cpu) if isinstance(original, (list, tuple)) else [(original, on_cpu)]
+            for dst, src in pairs:
+                if isinstance(dst, torch.Tensor):
+                    if dst.shape != src.shape:
+                        dst.resize_(src.shape)
+                    dst.copy_(src)
+                    mutated[id(src)] = dst
+        return torch.utils._pytree.tree_map(lambda r: _back(r, mutated), result)
+
+
+def _to_cpu(value: Any, name: str) -> Any:
+    if isinstance(value, torch.Tensor):
+        return value.cpu() if value.device.type == "neuron" else value
+    if isinstance(value, (list, tuple)):
+        return type(value)(_to_cpu(v, name) for v in value)
+    if isinstance(value, torch.device) or (name == "device" and value is not None):
+        return torch.device("cpu")
+    return value
+
+
+def _back(value: Any, mutated: dict) -> Any:
+    if isinstance(value, torch.Tensor):
+        return mutated[id(value)] if id(value) in mutated else value.to("neuron")
+    return value

@@ -1,0 +1,197 @@
+"""Hand-written kernels: factories, host<->device copies, item, storage management.
+
+These touch storages or the host directly, so they are not lowerings.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import torch
+
+from .. import ops
+from ..ops._dtypes import jax_dtype
+from ..runtime.memory import MEMORY
+from .dispatch import special
+from .geometry import contiguous_strides, numel
+from .kernel import Kernel
+from .tensor import _CPU, allocation, new_tensor
+from .transfer import download, to_device
+
+aten = torch.ops.aten
+
+
+def _nbytes(shape: Any, strides: Any, dtype: torch.dtype) -> int:
+    if any(n == 0 for n in shape):
+        return 0
+    return (1 + sum((n - 1) * s for n, s in zip(shape, strides))) * dtype.itemsize
+
+
+@special(aten.empty.memory_format)
+def empty(
+    size: Any,
+    dtype: Any = None,
+    layout: Any = None,
+    device: Any = None,
+    pin_memory: Any = None,
+    memory_format: Any = None,
+) -> torch.Tensor:
+    dtype = dtype or torch.get_default_dtype()
+    jax_dtype(dtype)
+    size = [int(n) for n in size]
+    if memory_format in (None, torch.contiguous_format, torch.preserve_format):
+        return new_tensor(size, dtype)
+    strides = torch.empty(size, device="meta", memory_format=memory_format).stride()
+    return new_tensor(size, dtype, strides=strides)
+
+
+@special(aten.empty_strided.default)
+def empty_strided(
+    size: Any, stride: Any, dtype: Any = None, layout: Any = None, device: Any = None, pin_memory: Any = None
+) -> torch.Tensor:
+    dtype = dtype or torch.get_default_dtype()
+    jax_dtype(dtype)
+    return new_tensor(size, dtype, strides=stride, nbytes=_nbytes(size, stride, dtype))
+
+
+@special(aten._to_copy.default)
+def to_copy(
+    self: torch.Tensor,
+    dtype: Any = None,
+    layout: Any = None,
+    device: Any = None,
+    pin_memory: Any = None,
+    non_blocking: bool = False,
+    memory_format: Any = None,
+) -> torch.Tensor:
+    dtype = dtype or self.dtype
+    target = torch.device(device) if device is not None else self.device
+    if self.device.type == "neuron" and target.type == "cpu":
+        out = download(self)
+        out = out if out.dtype == dtype else out.to(dtype)
+        if memory_format in (None, torch.preserve_format):
+            return out
+        return out.contiguous(memory_format=memory_format)
+    if self.device.type == "cpu":
+        jax_dtype(dtype)
+        source = self if self.dtype == dtype else self.to(dtype)
+        return to_device(source)
+    out = torch.empty_like(self, dtype=dtype, memory_format=memory_format or torch.preserve_format)
+    return out.copy_(self)
+
+
+@special(aten.copy_.default)
+def copy_(self: torch.Tensor, src: torch.Tensor, non_blocking: bool = False) -> torch.Tensor:
+    if self.device.type == "cpu":
+        self.copy_(download(src))
+        return self
+    if src.device.type == "cpu" and (src.dim() > 0 or self.dim() == 0):
+        src = to_device(src)
+    return _device_copy()(self, src)
+
+
+@special(aten._copy_from.default)
+def copy_from(self: torch.Tensor, dst: torch.Tensor, non_blocking: bool = False) -> torch.Tensor:
+    return copy_(dst, self)
+
+
+@special(aten._copy_from_and_resize.default)
+def copy_from_and_resize(self: torch.Tensor, dst: torch.Tensor) -> torch.Tensor:
+    if dst.shape != self.shape:
+        dst.resize_(self.shape)
+    return copy_(dst, self)
+
+
+@special(aten._local_scalar_dense.default)
+def local_scalar_dense(self: torch.Tensor) -> Any:
+    return download(self).item()
+
+
+@special(aten.resize_.default)
+def resize_(self: torch.Tensor, size: Any, memory_format: Any = None) -> torch.Tensor:
+    size = [int(n) for n in size]
+    strides = contiguous_strides(tuple(size))
+    if memory_format not in (None, torch.contiguous_format, torch.preserve_format):
+        strides = torch.empty(size, device="meta", memory_format=memory_format).stride()
+    needed = _nbytes(size, strides, self.dtype) + self.storage_offset() * self.dtype.itemsize
+    storage = self.untyped_storage()
+    if needed > storage.nbytes():
+        grown = new_tensor([needed // self.dtype.itemsize], self.dtype)
+        if numel(tuple(self.shape)) and allocation(self).buffer is not None:
+            count = storage.nbytes() // self.dtype.itemsize
+            flat = aten.as_strided.default.redispatch(_CPU, self, [count], [1], 0)
+            grown[: flat.numel()].copy_(flat)
+        storage = grown.untyped_storage()
+    aten.set_.source_Storage_storage_offset.redispatch(_CPU, self, storage, self.storage_offset(), size, list(strides))
+    return self
+
+
+def resize_storage(storage: torch.UntypedStorage, nbytes: int) -> None:
+    """`UntypedStorage.resize_` for neuron storages (FSDP2 frees and re-allocates parameters this
+    way). The C++ hook for it cannot be set from Python: allocate `nbytes`, keep the common prefix
+    of the contents, and swap the new allocation into `storage` so every tensor on it sees it."""
+    nbytes = int(nbytes)
+    if nbytes < 0:
+        raise RuntimeError(f"neuron: storage resize_ to a negative size ({nbytes})")
+    old = MEMORY.table[storage.data_ptr()]
+    dtype = old.dtype or torch.uint8
+    count, partial = divmod(nbytes, dtype.itemsize)
+    buffer = None
+    if old.buffer is not None and count:
+        if partial:
+            raise NotImplementedError(
+                f"neuron: resizing a storage of {dtype} elements to {nbytes} bytes (not a whole number of elements)"
+            )
+        buffer = old.buffer[:count]
+        if buffer.shape[0] < count:
+            buffer = _grow(buffer, count)
+    fresh = new_tensor([count if buffer is not None else 0], dtype, buffer, nbytes=nbytes).untyped_storage()
+    if storage.nbytes() and nbytes:
+        # PyTorch swaps data pointers only when one side is empty: go through an empty storage.
+        _swap(storage, new_tensor([0], dtype).untyped_storage())
+    _swap(storage, fresh)
+
+
+def _swap(a: torch.UntypedStorage, b: torch.UntypedStorage) -> None:
+    """Trade the allocations of two storages; each one's finalizer then frees what it holds."""
+    addr_a, addr_b = a.data_ptr(), b.data_ptr()
+    a._swap_data_ptr_(b)
+    alloc_a, alloc_b = MEMORY.table[addr_a], MEMORY.table[addr_b]
+    alloc_a.ref, alloc_b.ref = alloc_b.ref, alloc_a.ref
+    alloc_a.ref.addr, alloc_b.ref.addr = addr_a, addr_b
+
+
+def _grow(buffer: Any, count: int) -> Any:
+    import jax.numpy as jnp
+
+    return jnp.concatenate([buffer, jnp.zeros(count - buffer.shape[0], buffer.dtype)])
+
+
+@special(aten.set_.default)
+def set_empty(self: torch.Tensor) -> torch.Tensor:
+    empty_storage = new_tensor([0], self.dtype).untyped_storage()
+    return aten.set_.source_Storage_storage_offset.redispatch(_CPU, self, empty_storage, 0, [0], [1])
+
+
+def _metadata_only(op: torch._ops.OpOverload) -> Any:
+    return lambda *args, **kwargs: op._handle.redispatch_boxed(_CPU, *args, **kwargs)
+
+
+for _op in (
+    aten.set_.source_Storage_storage_offset,
+    aten.set_.source_Storage,
+    aten.set_.source_Tensor,
+    aten.set_.source_Tensor_storage_offset,
+):
+    special(_op)(_metadata_only(_op))
+
+
+@special(aten.record_stream.default)
+def record_stream(self: torch.Tensor, stream: Any) -> None:
+    return None
+
+
+@functools.cache
+def _device_copy() -> Kernel:
+    return Kernel(aten.copy_.default, ops.load()[aten.copy_.default])

@@ -1,0 +1,73 @@
+"""Device tensors: plain torch.Tensors whose storage is a device allocation (DESIGN 1-2).
+
+`new_tensor` makes one around a fresh allocation; `buffer_of` finds a tensor's flat buffer.
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any
+
+import torch
+
+from ..runtime.memory import MEMORY, Allocation
+from .geometry import contiguous_strides
+
+DEVICE = torch.device("neuron", 0)
+_CPU = torch._C.DispatchKeySet(torch._C.DispatchKey.CPU)
+_set_storage = torch.ops.aten.set_.source_Storage_storage_offset._handle
+_create = torch._C._acc.create_empty_tensor
+_storage_at = torch._C._construct_storage_from_data_pointer
+_TABLE = MEMORY.table
+
+
+class _StorageRef(weakref.ref):
+    """Weak reference to a storage that frees its device allocation when the storage dies."""
+
+    __slots__ = ("addr",)
+
+
+def _release(ref: _StorageRef) -> None:
+    MEMORY.free(ref.addr)
+
+
+def new_tensor(
+    shape: Any,
+    dtype: torch.dtype,
+    buffer: Any = None,
+    strides: Any = None,
+    nbytes: int | None = None,
+) -> torch.Tensor:
+    """A neuron tensor on a new storage of `nbytes` (default: exactly its elements), holding
+    `buffer` (flat jax.Array of the storage's elements) or nothing yet."""
+    shape = list(shape)
+    if strides is None:
+        strides = contiguous_strides(tuple(shape))
+    if nbytes is None:
+        count = 1
+        for n in shape:
+            count *= n
+        nbytes = count * dtype.itemsize
+    addr, alloc = MEMORY.allocate(nbytes, buffer, dtype)
+    storage = _storage_at(addr, DEVICE, nbytes)
+    alloc.ref = ref = _StorageRef(storage, _release)
+    ref.addr = addr
+    t = _create(shape, dtype)
+    _set_storage.redispatch_boxed(_CPU, t, storage, 0, shape, list(strides))
+    return t
+
+
+def allocation(t: torch.Tensor) -> Allocation:
+    try:
+        return _TABLE[t.untyped_storage().data_ptr()]
+    except KeyError:
+        raise RuntimeError(
+            f"neuron: tensor of shape {tuple(t.shape)} has no live device storage "
+            "(was it freed or created outside torch_neuronx?)"
+        ) from None
+
+
+def block_until_ready() -> None:
+    for alloc in list(_TABLE.values()):
+        if alloc.buffer is not None:
+            alloc.buffer.block_until_ready()

@@ -1,0 +1,401 @@
+"""The causal-LM architecture sweep: every entry of Transformers' `MODEL_FOR_CAUSAL_LM_MAPPING_NAMES`,
+built tiny (`tiny.py`), run on CPU and on neuron, compared, and written up as `docs/model_coverage.md`.
+
+    python -m torch_neuronx.hf.sweep                      # all architectures -> docs/model_coverage.md
+    python -m torch_neuronx.hf.sweep --only llama,mixtral --json out.json --no-report
+
+Per architecture: the CPU model's logits and greedy generation (dynamic cache, and static cache
+when the `neuron` compile backend is registered) are the reference; the same weights moved with
+`model.to("neuron")` must give the same logits (within float32 tolerance) and the same tokens.
+Architectures that do not build or generate on CPU are listed apart and not counted.
+
+Models run in a worker subprocess, one at a time with a per-model timeout; a model that hangs
+or crashes the worker is recorded as such and a fresh worker takes the next one. The worker is
+also renewed every `--renew` models so no model's global side effects reach many others.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime
+import io
+import json
+import os
+import queue
+import subprocess
+import sys
+import threading
+import time
+import traceback
+import warnings
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+# Ten diverse architectures for the CI slice: dense (llama, gpt2, qwen2, phi3, gpt_neox), ALiBi
+# (bloom), MoE (mixtral), sliding window + soft-capping (gemma2), hybrid attention/convolution
+# (lfm2) and a pure state-space model (mamba).
+FAST_SLICE = ["llama", "gpt2", "qwen2", "phi3", "gpt_neox", "bloom", "mixtral", "gemma2", "lfm2", "mamba"]
+
+PROMPT = 8
+NEW_TOKENS = 4
+RTOL = ATOL = 1e-4
+TIE = 1e-4  # top-2 logit gap under which greedy argmax is a coin flip between devices
+REPORT = Path(__file__).resolve().parents[2] / "docs" / "model_coverage.md"
+
+
+def architectures() -> list[str]:
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    return list(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES)
+
+
+def compile_backend_available() -> bool:
+    import torch
+
+    return "neuron" in torch._dynamo.list_backends(exclude_tags=())
+
+
+def _cause(e: BaseException) -> str:
+    """One line: exception type, message, and the innermost frame outside torch/transformers plumbing."""
+    message = " ".join(str(e).split())[:300]
+    frames = traceback.extract_tb(e.__traceback__)
+    where = next((f for f in reversed(frames) if "/torch/nn/modules/module.py" not in f.filename), None)
+    location = f" [{Path(where.filename).name}:{where.lineno}]" if where else ""
+    return f"{type(e).__name__}: {message}{location}"
+
+
+def _generate(model: Any, ids: Any, cache: str | None) -> tuple[Any, list[Any]]:
+    import torch
+
+    config = model.config.get_text_config()
+    pad = getattr(config, "pad_token_id", None)
+    if pad is None:
+        eos = getattr(config, "eos_token_id", None)
+        pad = (eos[0] if isinstance(eos, list) else eos) if eos is not None else 0
+    kwargs: dict[str, Any] = {"cache_implementation": cache} if cache else {}
+    if model.generation_config.decoder_start_token_id is None:
+        kwargs["decoder_start_token_id"] = pad  # MusicGen's delay pattern pads with it
+    with torch.no_grad():
+        out = model.generate(
+            ids,
+            attention_mask=torch.ones_like(ids),
+            max_new_tokens=NEW_TOKENS,
+            min_new_tokens=NEW_TOKENS,
+            do_sample=False,
+            pad_token_id=pad,
+            output_logits=True,
+            return_dict_in_generate=True,
+            **kwargs,
+        )
+    return out.sequences, list(out.logits)
+
+
+def _same_tokens(cpu: tuple[Any, list[Any]], dev: tuple[Any, list[Any]]) -> tuple[bool, str]:
+    """Greedy tokens equal, or the first difference is a tie in the CPU logits (top-2 gap < TIE)."""
+    import torch
+
+    cpu_ids, cpu_logits = cpu
+    dev_ids = dev[0].cpu()
+    if cpu_ids.shape == dev_ids.shape and torch.equal(cpu_ids, dev_ids):
+        return True, ""
+    prompt = cpu_ids.shape[-1] - len(cpu_logits)
+    if cpu_ids.shape == dev_ids.shape:
+        step = int((cpu_ids != dev_ids).any(0).nonzero()[0]) - prompt
+        if 0 <= step < len(cpu_logits):
+            top2 = cpu_logits[step].float().topk(2, dim=-1).values
+            if float((top2[..., 0] - top2[..., 1]).min()) < TIE:
+                return True, f"tie at step {step}"
+    return False, f"cpu {cpu_ids.tolist()} != neuron {dev_ids.tolist()}"
+
+
+def run_one(model_type: str, static: bool | None = None) -> dict[str, Any]:
+    """Run one architecture on CPU then neuron; a record of what happened (never raises)."""
+    import torch
+
+    import torch_neuronx
+
+    from .tiny import causal_lm_class, tiny_causal_lm, tiny_inputs
+
+    if static is None:
+        static = compile_backend_available()
+    record: dict[str, Any] = {"model_type": model_type, "static": "needs compile backend"}
+    start = time.perf_counter()
+    try:
+        record["architecture"] = causal_lm_class(model_type).__name__
+        model = tiny_causal_lm(model_type)
+        record["params"] = sum(p.numel() for p in model.parameters())
+        ids = tiny_inputs(model, PROMPT)
+        with torch.no_grad():
+            ref_logits = model(input_ids=ids).logits.float()
+        ref_gen = _generate(model, ids, None)
+    except Exception as e:
+        record.update(status="cpu-error", cause=_cause(e), seconds=round(time.perf_counter() - start, 1))
+        return record
+    ref_static = None
+    if static:
+        with contextlib.suppress(Exception):
+            ref_static = _generate(model, ids, "static")
+    torch_neuronx.reset_metrics()
+    neuron_start = time.perf_counter()
+    try:
+        model.to("neuron")
+        dev_ids = ids.to("neuron")
+        with torch.no_grad():
+            logits = model(input_ids=dev_ids).logits.float().cpu()
+        record["logits_max_diff"] = float((logits - ref_logits).abs().max())
+        logits_ok = torch.allclose(logits, ref_logits, rtol=RTOL, atol=ATOL)
+        tokens_ok, note = _same_tokens(ref_gen, _generate(model, dev_ids, None))
+        record["greedy"] = "same" if tokens_ok and not note else (note if tokens_ok else "differ")
+        problems = []
+        if not logits_ok:
+            problems.append(f"logits differ by {record['logits_max_diff']:.2e}")
+        if not tokens_ok:
+            problems.append(f"greedy tokens differ: {note}")
+        if static:
+            record["static"] = _static(model, dev_ids, ref_static)
+        record["status"] = "fail" if problems else "pass"
+        if problems:
+            record["cause"] = "; ".join(problems)
+    except Exception as e:
+        record.update(status="error", cause=_cause(e))
+    metrics = torch_neuronx.metrics()
+    record["fallbacks"] = metrics["fallbacks"]
+    record["fallback_calls"] = sum(metrics["fallbacks"].values())
+    record["compiles"] = metrics["cache_misses"]
+    record["neuron_seconds"] = round(time.perf_counter() - neuron_start, 1)
+    record["seconds"] = round(time.perf_counter() - start, 1)
+    return record
+
+
+def _static(model: Any, dev_ids: Any, ref: tuple[Any, list[Any]] | None) -> str:
+    if ref is None:
+        return "n/a (no static cache on CPU)"
+    try:
+        ok, note = _same_tokens(ref, _generate(model, dev_ids, "static"))
+    except Exception as e:
+        return f"error: {_cause(e)}"
+    return "same" if ok else f"differ: {note}"
+
+
+def worker() -> None:
+    """Read architecture names on stdin, answer one JSON line each on the original stdout."""
+    results = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(2, 1)  # anything models or libraries print goes to stderr, not into the protocol
+    sys.stdout = sys.stderr
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    warnings.filterwarnings("ignore")
+    from transformers.utils import logging
+
+    logging.set_verbosity_error()
+    logging.disable_progress_bar()
+    static = compile_backend_available()
+    for line in sys.stdin:
+        model_type = line.strip()
+        if model_type:
+            results.write(json.dumps(run_one(model_type, static), default=str) + "\n")
+
+
+class Worker:
+    """A worker subprocess with a line reader thread, so the parent can wait with a timeout."""
+
+    def __init__(self, log: Any) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "torch_neuronx.hf.sweep", "--worker"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=log,
+            text=True,
+            bufsize=1,
+        )
+        self.lines: queue.Queue = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+        self.done = 0
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.put(line)
+        self.lines.put(None)
+
+    def ask(self, model_type: str, timeout: float) -> dict[str, Any]:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(model_type + "\n")
+        self.proc.stdin.flush()
+        self.done += 1
+        try:
+            line = self.lines.get(timeout=timeout)
+        except queue.Empty:
+            self.close()
+            return {"model_type": model_type, "status": "timeout", "cause": f"no result within {timeout:.0f} s"}
+        if line is None:
+            code = self.proc.wait()
+            return {"model_type": model_type, "status": "crash", "cause": f"worker died (exit code {code})"}
+        return json.loads(line)
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def close(self) -> None:
+        if self.alive():
+            self.proc.kill()
+        self.proc.wait()
+
+
+def sweep(
+    model_types: list[str] | None = None,
+    timeout: float = 600.0,
+    renew: int = 20,
+    log_path: str | os.PathLike | None = None,
+    progress: bool = True,
+) -> list[dict[str, Any]]:
+    """Run each architecture in a worker subprocess; one record per architecture."""
+    model_types = model_types or architectures()
+    results: list[dict[str, Any]] = []
+    log = open(log_path or os.devnull, "a")  # lives as long as the workers
+    current: Worker | None = None
+    try:
+        for i, model_type in enumerate(model_types):
+            if current is None or not current.alive() or current.done >= renew:
+                if current is not None:
+                    current.close()
+                current = Worker(log)
+            record = current.ask(model_type, timeout)
+            results.append(record)
+            if progress:
+                print(f"[{i + 1}/{len(model_types)}] {model_type}: {record['status']} {_brief(record)}", flush=True)
+    finally:
+        if current is not None:
+            current.close()
+        log.close()
+    return results
+
+
+def _brief(record: dict[str, Any]) -> str:
+    parts = []
+    if "seconds" in record:
+        parts.append(f"{record['seconds']}s")
+    if record.get("fallback_calls"):
+        parts.append(f"{record['fallback_calls']} fallback calls")
+    if record.get("cause"):
+        parts.append(record["cause"][:160])
+    return " | ".join(parts)
+
+
+def summary(results: list[dict[str, Any]]) -> dict[str, Any]:
+    ran_on_cpu = [r for r in results if r["status"] != "cpu-error"]
+    passed = [r for r in ran_on_cpu if r["status"] == "pass"]
+    return {
+        "architectures": len(results),
+        "run_on_cpu": len(ran_on_cpu),
+        "pass_on_neuron": len(passed),
+        "pass_rate": len(passed) / len(ran_on_cpu) if ran_on_cpu else 0.0,
+        "fully_native": sum(1 for r in passed if not r.get("fallback_calls")),
+    }
+
+
+def _cell(text: Any) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def report(results: list[dict[str, Any]], path: str | os.PathLike = REPORT) -> str:
+    """Write the coverage page (Markdown) and return its text."""
+    import torch
+    import transformers
+
+    import torch_neuronx
+    from torch_neuronx.runtime import platform
+
+    s = summary(results)
+    static = (
+        "static cache checked"
+        if any(r.get("static", "").startswith("same") for r in results)
+        else ("static cache not checked: the `neuron` compile backend is not registered in this build")
+    )
+    out = io.StringIO()
+    w = out.write
+    w("# Model coverage: Transformers causal-LM architectures on `neuron`\n\n")
+    w("Generated by `python -m torch_neuronx.hf.sweep` (do not edit by hand). ")
+    w(f"{datetime.date.today()}, torch {torch.__version__}, transformers {transformers.__version__}, ")
+    w(f"torchneuron {torch_neuronx.__version__}, PJRT platform `{platform.platform_name()}`.\n\n")
+    w("Every entry of `MODEL_FOR_CAUSAL_LM_MAPPING_NAMES` is built from its config class with the generic ")
+    w("shrinking recipe of `torch_neuronx/hf/tiny.py` (64 hidden, 2 layers or one layer of each kind, ")
+    w("256-token vocabulary, random weights, float32). The CPU run is the reference: the same weights moved ")
+    w(f'with `model.to("neuron")` must give the same logits (rtol = atol = {RTOL:g}) on a {PROMPT}-token ')
+    w(f"prompt and the same {NEW_TOKENS} greedy tokens with the dynamic cache ({static}).\n\n")
+    w(f"**{s['pass_on_neuron']} of {s['run_on_cpu']} architectures that run on CPU pass on neuron ")
+    w(f"({100 * s['pass_rate']:.1f}%)**; {s['architectures'] - s['run_on_cpu']} of {s['architectures']} ")
+    w(f"do not build or generate on CPU with the tiny recipe (listed at the end). {s['fully_native']} of the ")
+    w("passing architectures ran without any CPU fallback.\n\n")
+    w("`fallback ops` counts the calls that ran on CPU because the op has no device lowering yet ")
+    w('(`torch_neuronx.metrics()["fallbacks"]`); results stay correct, only slower.\n\n')
+    columns = ["model type", "class", "result", "logits max diff", "greedy", "static cache", "fallback calls"]
+    columns += ["top fallback ops", "s", "cause"]
+    w("| " + " | ".join(columns) + " |\n" + "|---" * len(columns) + "|\n")
+    for r in results:
+        if r["status"] == "cpu-error":
+            continue
+        diff = f"{r['logits_max_diff']:.1e}" if "logits_max_diff" in r else ""
+        top = ", ".join(f"{op.removeprefix('aten.')} ({n})" for op, n in Counter(r.get("fallbacks", {})).most_common(3))
+        cells = [r["model_type"], r.get("architecture", ""), r["status"], diff, r.get("greedy", "")]
+        cells += [r.get("static", ""), r.get("fallback_calls", ""), top, r.get("seconds", ""), r.get("cause", "")]
+        w("| " + " | ".join(_cell(c) for c in cells) + " |\n")
+    ops: Counter = Counter()
+    for r in results:
+        ops.update(dict.fromkeys(r.get("fallbacks", {}), 1))
+    if ops:
+        w("\n## Ops that fell back to CPU, by number of architectures using them\n\n")
+        w(", ".join(f"`{op}` ({n})" for op, n in ops.most_common()) + "\n")
+    failed_cpu = [r for r in results if r["status"] == "cpu-error"]
+    if failed_cpu:
+        w("\n## Not counted: the tiny model does not run on CPU\n\n| model type | cause |\n|---|---|\n")
+        for r in failed_cpu:
+            w(f"| {r['model_type']} | {_cell(r.get('cause', ''))} |\n")
+    text = out.getvalue()
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text(text)
+    return text
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m torch_neuronx.hf.sweep", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--only", help="comma-separated model types (default: all causal-LM architectures)")
+    parser.add_argument("--fast", action="store_true", help="only the CI slice: " + ", ".join(FAST_SLICE))
+    parser.add_argument("--timeout", type=float, default=600.0, help="seconds per architecture (default 600)")
+    parser.add_argument("--renew", type=int, default=20, help="fresh worker process after this many models")
+    parser.add_argument("--out", default=str(REPORT), help="the Markdown report to write")
+    parser.add_argument("--no-report", action="store_true", help="do not write the Markdown report")
+    parser.add_argument("--json", help="also write the raw records here")
+    parser.add_argument(
+        "--resume", action="store_true", help="keep the records already in --json and run only the others (or --only)"
+    )
+    parser.add_argument("--log", help="worker stderr goes here (default: discarded)")
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.worker:
+        worker()
+        return 0
+    model_types = args.only.split(",") if args.only else FAST_SLICE if args.fast else architectures()
+    previous: dict[str, dict[str, Any]] = {}
+    if args.resume and args.json and Path(args.json).exists():
+        previous = {r["model_type"]: r for r in json.loads(Path(args.json).read_text())}
+        if not args.only:
+            model_types = [m for m in model_types if m not in previous]
+    fresh = {r["model_type"]: r for r in sweep(model_types, timeout=args.timeout, renew=args.renew, log_path=args.log)}
+    order = architectures() + [m for m in model_types if m not in architectures()]
+    results = [fresh.get(m) or previous[m] for m in order if m in fresh or m in previous]
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=1, default=str))
+    if not args.no_report:
+        report(results, args.out)
+    s = summary(results)
+    print(
+        f"{s['pass_on_neuron']}/{s['run_on_cpu']} architectures that run on CPU pass on neuron "
+        f"({100 * s['pass_rate']:.1f}%); {s['architectures'] - s['run_on_cpu']} do not run on CPU"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

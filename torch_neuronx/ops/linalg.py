@@ -1,0 +1,525 @@
+"""Matrix products and linear algebra: mm/bmm/addmm family, dot/vdot, trace, cross,
+diag_embed, and the factorizations behind torch.linalg (cholesky, LU, QR, eigh, SVD, solves).
+
+Products follow PyTorch CPU numerics: float32 at full precision (`Precision.HIGHEST`, so no
+reduced-precision passes on accelerators), float16/bfloat16 accumulate in float32 and round
+once. Factorizations use `jax.lax.linalg` (LAPACK on CPU) and return PyTorch's layouts: LU
+pivots are 1-based int32, `info` is int32, skipped outputs (`compute_uv=False`) are empty.
+Errors that PyTorch reports through `info` stay in `info`; the composite callers
+(`linalg.inv`, `linalg.cholesky`, ...) turn them into exceptions on the host.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import torch
+from jax import lax
+from jax.lax import linalg as lax_linalg
+
+from . import lowering
+from ._dtypes import cast, torch_dtype
+from .reduction import accumulate, integral_to_long, wrap_dim
+
+aten = torch.ops.aten
+HIGHEST = lax.Precision.HIGHEST
+
+
+# ---- products -----------------------------------------------------------------------------
+
+
+def _same_dtype(name: str, *xs: Any) -> torch.dtype:
+    dtypes = [torch_dtype(x) for x in xs]
+    if any(d != dtypes[0] for d in dtypes):
+        raise RuntimeError(f"neuron: {name}: expected all operands to have the same dtype, but got {dtypes}")
+    return dtypes[0]
+
+
+def matmul(a: Any, b: Any) -> Any:
+    """`a @ b` (jnp.matmul broadcasting) with PyTorch CPU's accumulation, in a's dtype."""
+    dtype = torch_dtype(a)
+    if dtype == torch.bool:
+        return jnp.matmul(a.astype(jnp.int32), b.astype(jnp.int32)) != 0
+    if dtype in (torch.float16, torch.bfloat16):
+        return jnp.matmul(a, b, preferred_element_type=jnp.float32).astype(a.dtype)
+    return jnp.matmul(a, b, precision=HIGHEST)
+
+
+def _accumulated(a: Any, b: Any) -> Any:
+    """`a @ b` kept in the accumulation dtype, for ops that add to it before rounding."""
+    dtype = torch_dtype(a)
+    if dtype in (torch.float16, torch.bfloat16):
+        return jnp.matmul(a, b, preferred_element_type=jnp.float32)
+    return matmul(a, b)
+
+
+def _rank(name: str, x: Any, ndim: int, what: str) -> None:
+    if x.ndim != ndim:
+        raise RuntimeError(f"neuron: {name}: {what} must be a {ndim}D tensor, but got a {x.ndim}D tensor")
+
+
+def _shapes(a: Any, b: Any) -> str:
+    return f"{'x'.join(map(str, a.shape))} and {'x'.join(map(str, b.shape))}"
+
+
+def _check_mm(name: str, a: Any, b: Any) -> None:
+    _rank(name, a, 2, "self")
+    _rank(name, b, 2, "mat2")
+    if a.shape[1] != b.shape[0]:
+        raise RuntimeError(f"neuron: {name}: mat1 and mat2 shapes cannot be multiplied ({_shapes(a, b)})")
+    _same_dtype(name, a, b)
+
+
+def _check_bmm(name: str, a: Any, b: Any) -> None:
+    _rank(name, a, 3, "batch1")
+    _rank(name, b, 3, "batch2")
+    if a.shape[0] != b.shape[0] or a.shape[2] != b.shape[1]:
+        raise RuntimeError(f"neuron: {name}: batch1 and batch2 shapes cannot be multiplied ({_shapes(a, b)})")
+    _same_dtype(name, a, b)
+
+
+def _scale_add(x: Any, product: Any, beta: Any, alpha: Any) -> Any:
+    """`beta * x + alpha * product` in the product's (accumulation) dtype, cast to x's dtype.
+    With beta == 0, `x` is ignored: its NaN/inf do not propagate (PyTorch semantics)."""
+    out_dtype = x.dtype
+    if not jnp.issubdtype(out_dtype, jnp.inexact):  # PyTorch converts the scalars to the tensor type
+        alpha, beta = _truncate(alpha), _truncate(beta)
+    if alpha is not True and not (isinstance(alpha, int) and alpha == 1):
+        product = product * alpha
+    if isinstance(beta, (bool, int)) and beta == 0:
+        return jnp.broadcast_to(product, jnp.broadcast_shapes(x.shape, product.shape)).astype(out_dtype)
+    scaled = x.astype(product.dtype)
+    if not (isinstance(beta, int) and beta == 1):
+        scaled = jnp.where(beta == 0, jnp.zeros((), product.dtype), scaled * beta)
+    if out_dtype == jnp.bool_:
+        return (scaled != 0) | (product != 0)
+    return (scaled + product).astype(out_dtype)
+
+
+def _truncate(scalar: Any) -> Any:
+    if isinstance(scalar, (bool, int)):
+        return scalar
+    return jnp.trunc(scalar).astype(jnp.int64)
+
+
+@lowering(aten.mm.default)
+def mm(a: Any, b: Any) -> Any:
+    _check_mm("mm", a, b)
+    return matmul(a, b)
+
+
+@lowering(aten.bmm.default)
+def bmm(a: Any, b: Any) -> Any:
+    _check_bmm("bmm", a, b)
+    return matmul(a, b)
+
+
+@lowering(aten.addmm.default)
+def addmm(x: Any, a: Any, b: Any, beta: Any = 1, alpha: Any = 1) -> Any:
+    _check_mm("addmm", a, b)
+    _same_dtype("addmm", x, a)
+    return _scale_add(x, _accumulated(a, b), beta, alpha)
+
+
+@lowering(aten._addmm_activation.default)
+def addmm_activation(x: Any, a: Any, b: Any, beta: Any = 1, alpha: Any = 1, use_gelu: bool = False) -> Any:
+    out = addmm(x, a, b, beta, alpha)
+    compute = cast(out, accumulate(torch_dtype(out)))
+    act = jax.nn.gelu(compute, approximate=True) if use_gelu else jnp.maximum(compute, 0)
+    return act.astype(out.dtype)
+
+
+@lowering(aten.baddbmm.default)
+def baddbmm(x: Any, a: Any, b: Any, beta: Any = 1, alpha: Any = 1) -> Any:
+    _check_bmm("baddbmm", a, b)
+    _same_dtype("baddbmm", x, a)
+    return _scale_add(x, _accumulated(a, b), beta, alpha)
+
+
+@lowering(aten.addbmm.default)
+def addbmm(x: Any, a: Any, b: Any, beta: Any = 1, alpha: Any = 1) -> Any:
+    _check_bmm("addbmm", a, b)
+    _same_dtype("addbmm", x, a)
+    if not a.shape[0]:
+        return _scale_add(x, jnp.zeros((a.shape[1], b.shape[2]), x.dtype), beta, alpha)
+    # PyTorch adds one batch at a time into the output (addmm_ per batch), rounding each step.
+    first = _scale_add(x, _accumulated(a[0], b[0]), beta, alpha)
+
+    def step(out: Any, ab: tuple[Any, Any]) -> tuple[Any, None]:
+        return _scale_add(out, _accumulated(*ab), 1, alpha), None
+
+    return lax.scan(step, first, (a[1:], b[1:]))[0]
+
+
+@lowering(aten.addmv.default)
+def addmv(x: Any, a: Any, v: Any, beta: Any = 1, alpha: Any = 1) -> Any:
+    _rank("addmv", a, 2, "mat")
+    _rank("addmv", v, 1, "vec")
+    if a.shape[1] != v.shape[0]:
+        raise RuntimeError(f"neuron: addmv: size mismatch, got input ({a.shape[0]}), mat ({_shapes(a, v)})")
+    _same_dtype("addmv", x, a, v)
+    return _scale_add(x, _accumulated(a, v), beta, alpha)
+
+
+def _check_dot(name: str, a: Any, b: Any) -> None:
+    if a.ndim != 1 or b.ndim != 1:
+        raise RuntimeError(f"neuron: {name}: 1D tensors expected, but got {a.ndim}D and {b.ndim}D tensors")
+    if a.shape != b.shape:
+        raise RuntimeError(
+            f"neuron: {name}: inconsistent tensor size, expected tensor [{a.shape[0]}] and src [{b.shape[0]}] "
+            "to have the same number of elements, but got different sizes"
+        )
+    _same_dtype(name, a, b)
+
+
+@lowering(aten.dot.default)
+def dot(a: Any, b: Any) -> Any:
+    _check_dot("dot", a, b)
+    return matmul(a, b)
+
+
+@lowering(aten.vdot.default)
+def vdot(a: Any, b: Any) -> Any:
+    _check_dot("vdot", a, b)
+    return matmul(jnp.conj(a), b)
+
+
+@lowering(aten.trace.default)
+def trace(x: Any) -> Any:
+    if x.ndim != 2:
+        raise RuntimeError(f"neuron: trace: expected a matrix, but got tensor with dim {x.ndim}")
+    result = integral_to_long(x, None)
+    return cast(jnp.trace(cast(x, accumulate(result))), result)
+
+
+@lowering(aten.linalg_cross.default)
+def cross(a: Any, b: Any, dim: int = -1) -> Any:
+    if a.ndim != b.ndim:
+        raise RuntimeError(
+            f"neuron: linalg.cross: inputs must have the same number of dimensions, got {a.ndim} and {b.ndim}"
+        )
+    shape = jnp.broadcast_shapes(a.shape, b.shape)
+    axis = wrap_dim(dim, len(shape), "linalg.cross")
+    if shape[axis] != 3:
+        raise RuntimeError(f"neuron: linalg.cross: inputs dimension {dim} must have length 3. Got {shape[axis]}")
+    _same_dtype("linalg.cross", a, b)
+    return jnp.cross(jnp.broadcast_to(a, shape), jnp.broadcast_to(b, shape), axis=axis)
+
+
+@lowering(aten.diag_embed.default)
+def diag_embed(x: Any, offset: int = 0, dim1: int = -2, dim2: int = -1) -> Any:
+    ndim = x.ndim + 1
+    d1, d2 = wrap_dim(dim1, ndim, "diag_embed"), wrap_dim(dim2, ndim, "diag_embed")
+    if d1 == d2:
+        raise RuntimeError(f"neuron: diag_embed: diagonal dimensions cannot be identical {dim1}, {dim2}")
+    n = x.shape[-1] + abs(offset)
+    eye = jnp.eye(n, n, k=offset, dtype=bool)
+    row = jnp.arange(n) if offset >= 0 else jnp.arange(n) + offset  # diagonal element index per row
+    values = (
+        jnp.take(x, jnp.clip(row, 0, x.shape[-1] - 1), axis=-1)
+        if x.shape[-1]
+        else jnp.zeros((*x.shape[:-1], n), x.dtype)
+    )
+    square = jnp.where(eye, values[..., :, None], jnp.zeros((), x.dtype))
+    # `square` has the two new dims last (rows, cols); move them to dim1, dim2.
+    order = [i for i in range(ndim) if i not in (d1, d2)]
+    perm = np.argsort([*order, d1, d2])
+    return jnp.transpose(square, perm)
+
+
+# ---- factorizations -----------------------------------------------------------------------
+
+
+def _linalg_input(name: str, a: Any, square: bool = True) -> None:
+    """LAPACK-backed ops take float32/float64/complex batches of (square) matrices."""
+    dtype = torch_dtype(a)
+    if dtype in (torch.float16, torch.bfloat16):
+        raise RuntimeError(f"neuron: {name}: Low precision dtypes not supported. Got {dtype}")
+    if not (dtype.is_floating_point or dtype.is_complex):
+        raise RuntimeError(f"neuron: {name}: Expected a floating point or complex tensor as input. Got {dtype}")
+    if a.ndim < 2:
+        raise RuntimeError(f"neuron: {name}: The input tensor A must have at least 2 dimensions.")
+    if square and a.shape[-1] != a.shape[-2]:
+        raise RuntimeError(
+            f"neuron: {name}: A must be batches of square matrices, "
+            f"but they are {a.shape[-2]} by {a.shape[-1]} matrices"
+        )
+
+
+def mh(x: Any) -> Any:
+    """Conjugate transpose of the last two dims."""
+    return jnp.conj(jnp.swapaxes(x, -1, -2))
+
+
+def _int32(x: Any) -> Any:
+    return x.astype(jnp.int32)
+
+
+def _info_from_diagonal(d: Any) -> Any:
+    """LAPACK's info: 1 + index of the first zero (or NaN) on the diagonal, 0 if none."""
+    bad = (d == 0) | jnp.isnan(d)
+    if d.shape[-1] == 0:
+        return jnp.zeros(d.shape[:-1], jnp.int32)
+    first = jnp.argmax(bad, axis=-1)
+    return _int32(jnp.where(jnp.any(bad, axis=-1), first + 1, 0))
+
+
+def _diagonal(x: Any) -> Any:
+    return jnp.diagonal(x, axis1=-2, axis2=-1)
+
+
+@lowering(aten.linalg_cholesky_ex.default)
+def cholesky_ex(a: Any, upper: bool = False, check_errors: bool = False) -> tuple[Any, Any]:
+    _linalg_input("linalg.cholesky", a)
+    lower = lax_linalg.cholesky(a, symmetrize_input=False)
+    info = _info_from_diagonal(_diagonal(lower))
+    lower = jnp.tril(lower)
+    return (mh(lower) if upper else lower), info
+
+
+@lowering(aten.cholesky.default)
+def cholesky(a: Any, upper: bool = False) -> Any:
+    return cholesky_ex(a, upper)[0]
+
+
+def _lu(a: Any) -> tuple[Any, Any, Any]:
+    """(packed LU, 0-based pivots, permutation) with partial pivoting, any m x n."""
+    if a.size == 0:
+        k = min(a.shape[-2], a.shape[-1])
+        perm = jnp.broadcast_to(jnp.arange(a.shape[-2], dtype=jnp.int32), (*a.shape[:-1],))
+        return a, jnp.broadcast_to(jnp.arange(k, dtype=jnp.int32), (*a.shape[:-2], k)), perm
+    return lax_linalg.lu(a)
+
+
+def _lu_solve(lu: Any, perm: Any, b: Any, adjoint: bool = False) -> Any:
+    """Solve A X = B (or A^H X = B) from A's packed LU and row permutation (A[perm] = L U)."""
+    batch = jnp.broadcast_shapes(lu.shape[:-2], b.shape[:-2])
+    lu = jnp.broadcast_to(lu, (*batch, *lu.shape[-2:]))
+    b = jnp.broadcast_to(b, (*batch, *b.shape[-2:]))
+    perm = jnp.broadcast_to(perm, (*batch, perm.shape[-1]))
+    if not adjoint:
+        x = jnp.take_along_axis(b, perm[..., :, None], axis=-2)
+        x = lax_linalg.triangular_solve(lu, x, left_side=True, lower=True, unit_diagonal=True)
+        return lax_linalg.triangular_solve(lu, x, left_side=True, lower=False)
+    x = lax_linalg.triangular_solve(lu, b, left_side=True, lower=False, transpose_a=True, conjugate_a=True)
+    x = lax_linalg.triangular_solve(
+        lu, x, left_side=True, lower=True, unit_diagonal=True, transpose_a=True, conjugate_a=True
+    )
+    inverse = jnp.argsort(perm, axis=-1)
+    return jnp.take_along_axis(x, inverse[..., :, None], axis=-2)
+
+
+@lowering(aten.linalg_lu_factor_ex.default)
+def lu_factor_ex(a: Any, pivot: bool = True, check_errors: bool = False) -> tuple[Any, Any, Any]:
+    _linalg_input("linalg.lu_factor", a, square=False)
+    if not pivot:
+        raise RuntimeError("neuron: linalg.lu_factor: LU without pivoting is not implemented on the CPU")
+    lu, pivots, _ = _lu(a)
+    return lu, _int32(pivots + 1), _info_from_diagonal(_diagonal(lu))
+
+
+def _permutation_matrix(perm: Any, dtype: Any) -> Any:
+    """P with A = P L U for A[perm] = L U: P[perm[i], i] = 1."""
+    m = perm.shape[-1]
+    return (perm[..., None, :] == jnp.arange(m)[:, None]).astype(dtype)
+
+
+def _unpack(lu: Any) -> tuple[Any, Any]:
+    m, n = lu.shape[-2:]
+    k = min(m, n)
+    lower = jnp.tril(lu[..., :, :k], -1) + jnp.eye(m, k, dtype=lu.dtype)
+    return lower, jnp.triu(lu[..., :k, :])
+
+
+@lowering(aten.linalg_lu.default)
+def linalg_lu(a: Any, pivot: bool = True) -> tuple[Any, Any, Any]:
+    _linalg_input("linalg.lu", a, square=False)
+    if not pivot:
+        raise RuntimeError("neuron: linalg.lu: LU without pivoting is not implemented on the CPU")
+    lu, _, perm = _lu(a)
+    return (_permutation_matrix(perm, a.dtype), *_unpack(lu))
+
+
+@lowering(aten.lu_unpack.default)
+def lu_unpack(lu: Any, pivots: Any, unpack_data: bool = True, unpack_pivots: bool = True) -> tuple[Any, Any, Any]:
+    empty = jnp.zeros((0,), lu.dtype)
+    lower, upper = _unpack(lu) if unpack_data else (empty, empty)
+    if not unpack_pivots:
+        return empty, lower, upper
+    return _permutation_matrix(_permutation(pivots, lu.shape[-2]), lu.dtype), lower, upper
+
+
+def _permutation(pivots: Any, m: int) -> Any:
+    if pivots.size == 0:
+        return jnp.broadcast_to(jnp.arange(m, dtype=jnp.int32), (*pivots.shape[:-1], m))
+    return lax_linalg.lu_pivots_to_permutation(_int32(pivots) - 1, m)
+
+
+@lowering(aten.linalg_lu_solve.default)
+def lu_solve(lu: Any, pivots: Any, b: Any, left: bool = True, adjoint: bool = False) -> Any:
+    perm = _permutation(pivots, lu.shape[-1])
+    if left:
+        return _lu_solve(lu, perm, b, adjoint)
+    # X A = B  <=>  A^H X^H = B^H ; X A^H = B  <=>  A X^H = B^H
+    return mh(_lu_solve(lu, perm, mh(b), not adjoint))
+
+
+def _parity(pivots0: Any, dtype: Any) -> Any:
+    """+1 or -1: the sign of the row permutation given by 0-based LAPACK pivots."""
+    swaps = jnp.sum(pivots0 != jnp.arange(pivots0.shape[-1]), axis=-1)
+    return jnp.where(swaps % 2 == 0, 1, -1).astype(dtype)
+
+
+def _det_lu(a: Any, contiguous: tuple[bool, ...]) -> tuple[Any, Any, Any]:
+    """PyTorch factorizes A^T when A is contiguous and real (det(A^T) = det(A)); the backward
+    of det/slogdet expects exactly that LU, so follow the same rule."""
+    transposed = contiguous[0] and not jnp.iscomplexobj(a)
+    return _lu(jnp.swapaxes(a, -1, -2) if transposed else a)
+
+
+@lowering(aten._linalg_det.default, layout=True)
+def det(a: Any, contiguous: tuple[bool, ...] = (True,)) -> tuple[Any, Any, Any]:
+    _linalg_input("linalg.det", a)
+    lu, pivots, _ = _det_lu(a, contiguous)
+    return _parity(pivots, a.dtype) * jnp.prod(_diagonal(lu), axis=-1), lu, _int32(pivots + 1)
+
+
+@lowering(aten._linalg_slogdet.default, layout=True)
+def slogdet(a: Any, contiguous: tuple[bool, ...] = (True,)) -> tuple[Any, Any, Any, Any]:
+    _linalg_input("linalg.slogdet", a)
+    lu, pivots, _ = _det_lu(a, contiguous)
+    diagonal = _diagonal(lu)
+    magnitude = jnp.abs(diagonal)
+    sign = _parity(pivots, a.dtype) * jnp.prod(diagonal / magnitude.astype(a.dtype), axis=-1)
+    return sign, jnp.sum(jnp.log(magnitude), axis=-1), lu, _int32(pivots + 1)
+
+
+def _is_vector_rhs(a: Any, b: Any) -> bool:
+    """PyTorch's rule: B is a (batch of) vector(s) if 1-D or exactly A's batch + one dim."""
+    return b.ndim == 1 or (b.ndim == a.ndim - 1 and b.shape == a.shape[:-1])
+
+
+@lowering(aten._linalg_solve_ex.default)
+def solve_ex(a: Any, b: Any, left: bool = True, check_errors: bool = False) -> tuple[Any, Any, Any, Any]:
+    _linalg_input("linalg.solve", a)
+    vector = _is_vector_rhs(a, b)
+    rhs = b[..., None] if vector else b
+    if rhs.shape[-2 if left else -1] != a.shape[-1]:
+        raise RuntimeError(f"neuron: linalg.solve: Incompatible shapes of A and B for the equation: {_shapes(a, b)}")
+    lu, pivots, perm = _lu(a)
+    if left:
+        x = _lu_solve(lu, perm, rhs)
+    else:
+        x = mh(_lu_solve(lu, perm, mh(rhs), adjoint=True))
+    x = x[..., 0] if vector else x
+    return x, lu, _int32(pivots + 1), _info_from_diagonal(_diagonal(lu))
+
+
+@lowering(aten.linalg_inv_ex.default)
+def inv_ex(a: Any, check_errors: bool = False) -> tuple[Any, Any]:
+    _linalg_input("linalg.inv", a)
+    lu, _, perm = _lu(a)
+    eye = jnp.broadcast_to(jnp.eye(a.shape[-1], dtype=a.dtype), a.shape)
+    return _lu_solve(lu, perm, eye), _info_from_diagonal(_diagonal(lu))
+
+
+@lowering(aten.linalg_qr.default)
+def qr(a: Any, mode: str = "reduced") -> tuple[Any, Any]:
+    _linalg_input("linalg.qr", a, square=False)
+    if mode not in ("reduced", "complete", "r"):
+        raise RuntimeError(
+            f"neuron: linalg.qr: qr received unrecognized mode '{mode}' but expected one of 'reduced', 'complete', 'r'"
+        )
+    q, r = lax_linalg.qr(a, full_matrices=mode == "complete")
+    if mode == "r":
+        return jnp.zeros((0,), a.dtype), r
+    return q, r
+
+
+@lowering(aten._linalg_eigh.default)
+def eigh(a: Any, uplo: str = "L", compute_v: bool = True) -> tuple[Any, Any]:
+    _linalg_input("linalg.eigh", a)
+    if uplo not in ("L", "U"):
+        raise RuntimeError(f"neuron: linalg.eigh: Expected UPLO argument to be 'L' or 'U', but got {uplo}")
+    vectors, values = lax_linalg.eigh(a, lower=uplo == "L", symmetrize_input=False)
+    return values, (vectors if compute_v else jnp.zeros((0,), a.dtype))
+
+
+@lowering(aten._linalg_svd.default)
+def svd(
+    a: Any, full_matrices: bool = False, compute_uv: bool = True, driver: str | None = None
+) -> tuple[Any, Any, Any]:
+    _linalg_input("linalg.svd", a, square=False)
+    if not compute_uv:
+        s = lax_linalg.svd(a, full_matrices=False, compute_uv=False)
+        empty = jnp.zeros((0,), a.dtype)
+        return empty, s, empty
+    u, s, vh = lax_linalg.svd(a, full_matrices=full_matrices, compute_uv=True)
+    return u, s, vh
+
+
+def _triangular(a: Any, b: Any, *, upper: bool, left: bool, unit: bool, transpose: bool = False) -> Any:
+    batch = jnp.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    a = jnp.broadcast_to(a, (*batch, *a.shape[-2:]))
+    b = jnp.broadcast_to(b, (*batch, *b.shape[-2:]))
+    return lax_linalg.triangular_solve(a, b, left_side=left, lower=not upper, transpose_a=transpose, unit_diagonal=unit)
+
+
+@lowering(aten.linalg_solve_triangular.default)
+def solve_triangular(a: Any, b: Any, upper: bool, left: bool = True, unitriangular: bool = False) -> Any:
+    _linalg_input("linalg.solve_triangular", a)
+    return _triangular(a, b, upper=upper, left=left, unit=unitriangular)
+
+
+@lowering(aten.triangular_solve.default)
+def triangular_solve(
+    b: Any, a: Any, upper: bool = True, transpose: bool = False, unitriangular: bool = False
+) -> tuple[Any, Any]:
+    _linalg_input("triangular_solve", a)
+    x = _triangular(a, b, upper=upper, left=True, unit=unitriangular, transpose=transpose)
+    return x, jnp.broadcast_to(a, (*x.shape[:-2], *a.shape[-2:]))
+
+
+@lowering(aten._cholesky_solve_helper.default)
+def cholesky_solve_helper(b: Any, factor: Any, upper: bool) -> Any:
+    _linalg_input("cholesky_solve", factor)
+    lower = mh(factor) if upper else factor
+    y = _triangular(lower, b, upper=False, left=True, unit=False)
+    return _triangular(mh(lower), y, upper=True, left=True, unit=False)
+
+
+@lowering(aten.cholesky_inverse.default)
+def cholesky_inverse(factor: Any, upper: bool = False) -> Any:
+    _linalg_input("cholesky_inverse", factor)
+    eye = jnp.broadcast_to(jnp.eye(factor.shape[-1], dtype=factor.dtype), factor.shape)
+    return cholesky_solve_helper(eye, factor, upper)
+
+
+def _pinv(a: Any, atol: Any, rtol: Any, hermitian: bool) -> Any:
+    m, n = a.shape[-2:]
+    if atol is None and rtol is None:
+        rtol = jnp.asarray(np.finfo(np.dtype(a.dtype)).eps * max(m, n))
+    if hermitian:
+        s, u = lax_linalg.eigh(a, symmetrize_input=False)[::-1]
+        magnitude = jnp.abs(s)
+        vh = mh(u) * jnp.where(s < 0, -1, 1).astype(a.dtype)[..., :, None]
+        s = magnitude
+    else:
+        u, s, vh = lax_linalg.svd(a, full_matrices=False, compute_uv=True)
+    largest = jnp.max(s, axis=-1, keepdims=True, initial=0.0)
+    tol = jnp.zeros_like(largest)
+    if atol is not None:
+        tol = jnp.maximum(tol, jnp.asarray(atol)[..., None])
+    if rtol is not None:
+        tol = jnp.maximum(tol, jnp.asarray(rtol)[..., None] * largest)
+    inverse = jnp.where(s > tol, 1 / jnp.where(s > tol, s, 1), 0).astype(a.dtype)
+    return jnp.matmul(mh(vh) * inverse[..., None, :], mh(u), precision=HIGHEST)
+
+
+@lowering(aten.linalg_pinv.atol_rtol_tensor)
+def pinv(a: Any, atol: Any = None, rtol: Any = None, hermitian: bool = False) -> Any:
+    _linalg_input("linalg.pinv", a, square=hermitian)
+    return _pinv(a, atol, rtol, hermitian)

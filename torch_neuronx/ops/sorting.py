@@ -1,0 +1,214 @@
+"""Sorting and selection: sort, topk, kthvalue, median/nanmedian, mode, searchsorted, bucketize.
+
+Everything goes through one stable `lax.sort` whose keys order values as PyTorch does: NaN
+above every number (so it sorts last ascending and first descending), -0.0 equal to 0.0, and
+equal keys keep their original order in both directions. `unique` is not here: its output
+shape depends on the data, which a compiled executable cannot express.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import torch
+from jax import lax
+
+from . import lowering
+from ._dtypes import cast, promote
+from .reduction import along, wrap_dim
+
+aten = torch.ops.aten
+
+
+def _keys(x: Any, descending: bool) -> tuple[Any, ...]:
+    """Sort keys whose ascending order is PyTorch's order of `x` (reversed if descending)."""
+    if jnp.issubdtype(x.dtype, jnp.floating):
+        nan = jnp.isnan(x)
+        v = jnp.where(nan | (x == 0), jnp.zeros((), x.dtype), x)
+        return ((~nan).astype(jnp.uint8), -v) if descending else (nan.astype(jnp.uint8), v)
+    if x.dtype == jnp.bool_:
+        x = x.astype(jnp.uint8)
+    return (~x,) if descending else (x,)  # bitwise not reverses integer order without overflow
+
+
+def sort_axis(x: Any, axis: int, descending: bool = False) -> tuple[Any, Any]:
+    """Stable sort along `axis`: (values, int64 indices)."""
+    keys = _keys(x, descending)
+    iota = lax.broadcasted_iota(jnp.int64, x.shape, axis)
+    *_, values, indices = lax.sort((*keys, x, iota), dimension=axis, is_stable=True, num_keys=len(keys))
+    return values, indices
+
+
+@lowering(aten.sort.stable)
+def sort(x: Any, stable: bool | None = None, dim: int = -1, descending: bool = False) -> tuple[Any, Any]:
+    return along(lambda v, a: sort_axis(v, a, descending), x, dim, "sort()")
+
+
+@lowering(aten.sort.default)
+def sort_default(x: Any, dim: int = -1, descending: bool = False) -> tuple[Any, Any]:
+    return sort(x, None, dim, descending)
+
+
+def _size(x: Any, dim: int, name: str) -> int:
+    return x.shape[wrap_dim(dim, x.ndim, name)] if x.ndim else 1
+
+
+@lowering(aten.topk.default)
+def topk(x: Any, k: int, dim: int = -1, largest: bool = True, sorted: bool = True) -> tuple[Any, Any]:
+    if not 0 <= k <= _size(x, dim, "topk()"):
+        raise RuntimeError(f"neuron: topk(): selected index k out of range (k={k}, size {_size(x, dim, 'topk()')})")
+
+    def first_k(v: Any, axis: int) -> tuple[Any, Any]:
+        values, indices = sort_axis(v, axis, descending=largest)
+        return lax.slice_in_dim(values, 0, k, axis=axis), lax.slice_in_dim(indices, 0, k, axis=axis)
+
+    return along(first_k, x, dim, "topk()")
+
+
+def _pick(position: Callable[[Any, int], Any], keepdim: bool, with_index: bool = True) -> Callable[[Any, int], Any]:
+    """Sort along the axis and take, per slice, the element at `position(sorted, axis)`."""
+
+    def pick(v: Any, axis: int) -> Any:
+        values, indices = sort_axis(v, axis)
+        where = jnp.expand_dims(position(values, axis), axis)
+        chosen = jnp.take_along_axis(values, where, axis), jnp.take_along_axis(indices, where, axis)
+        if not keepdim:
+            chosen = tuple(jnp.squeeze(c, axis) for c in chosen)
+        return chosen if with_index else chosen[0]
+
+    return pick
+
+
+def _isnan(v: Any) -> Any:
+    return jnp.isnan(v) if jnp.issubdtype(v.dtype, jnp.floating) else jnp.zeros(v.shape, bool)
+
+
+def _lower_median(values: Any, axis: int) -> Any:
+    """The lower median's sorted position; the first NaN's if the slice has one (NaN wins)."""
+    valid = jnp.sum(~_isnan(values), axis=axis)
+    n = values.shape[axis]
+    return jnp.where(valid < n, valid, (n - 1) // 2)
+
+
+def _nan_median(values: Any, axis: int) -> Any:
+    valid = jnp.sum(~_isnan(values), axis=axis)
+    return jnp.maximum(valid - 1, 0) // 2
+
+
+def _nonempty_dim(x: Any, dim: int, name: str) -> None:
+    if x.ndim and x.shape[wrap_dim(dim, x.ndim, name)] == 0:
+        raise IndexError(f"neuron: {name}: Expected reduction dim {wrap_dim(dim, x.ndim, name)} to have non-zero size.")
+
+
+@lowering(aten.kthvalue.default)
+def kthvalue(x: Any, k: int, dim: int = -1, keepdim: bool = False) -> tuple[Any, Any]:
+    size = _size(x, dim, "kthvalue()")
+    if not 1 <= k <= size:
+        raise IndexError(f"neuron: kthvalue(): selected number k out of range for dimension {dim} (k={k}, size {size})")
+    return along(_pick(lambda v, a: jnp.full(v.shape[:a] + v.shape[a + 1 :], k - 1), keepdim), x, dim, "kthvalue()")
+
+
+def _median_dim(position: Callable[[Any, int], Any], name: str) -> Callable[..., Any]:
+    def lowered(x: Any, dim: int, keepdim: bool = False) -> tuple[Any, Any]:
+        _nonempty_dim(x, dim, name)
+        return along(_pick(position, keepdim), x, dim, name)
+
+    return lowered
+
+
+def _median_all(position: Callable[[Any, int], Any]) -> Callable[[Any], Any]:
+    def lowered(x: Any) -> Any:
+        if x.size == 0:
+            return jnp.full((), jnp.nan, x.dtype)
+        return _pick(position, False, with_index=False)(x.reshape(-1), 0)
+
+    return lowered
+
+
+lowering(aten.median.dim)(_median_dim(_lower_median, "median()"))
+lowering(aten.nanmedian.dim)(_median_dim(_nan_median, "nanmedian()"))
+lowering(aten.median.default)(_median_all(_lower_median))
+lowering(aten.nanmedian.default)(_median_all(_nan_median))
+
+
+@lowering(aten.mode.default)
+def mode(x: Any, dim: int = -1, keepdim: bool = False) -> tuple[Any, Any]:
+    """The most frequent value (the smallest on ties) and the index of its last occurrence."""
+    _nonempty_dim(x, dim, "mode()")
+
+    def most_frequent(v: Any, axis: int) -> tuple[Any, Any]:
+        values, indices = sort_axis(v, axis)
+        pos = lax.broadcasted_iota(jnp.int64, v.shape, axis)
+        first = lax.slice_in_dim(values, 0, 1, axis=axis)
+        starts = jnp.concatenate([jnp.ones_like(first, bool), _differs(values, axis)], axis=axis)
+        ends = jnp.concatenate([_differs(values, axis), jnp.ones_like(first, bool)], axis=axis)
+        run_start = lax.cummax(jnp.where(starts, pos, 0), axis=axis)
+        lengths = jnp.where(ends, pos - run_start + 1, 0)
+        best = jnp.expand_dims(jnp.argmax(lengths, axis=axis), axis)  # first max: the smallest value
+        out = jnp.take_along_axis(values, best, axis), jnp.take_along_axis(indices, best, axis)
+        return out if keepdim else tuple(jnp.squeeze(o, axis) for o in out)
+
+    return along(most_frequent, x, dim, "mode()")
+
+
+def _differs(values: Any, axis: int) -> Any:
+    """Whether each sorted element differs from the next one along `axis` (NaNs count equal)."""
+    a = lax.slice_in_dim(values, 0, values.shape[axis] - 1, axis=axis)
+    b = lax.slice_in_dim(values, 1, values.shape[axis], axis=axis)
+    return (a != b) & ~(_isnan(a) & _isnan(b))
+
+
+# ---- searchsorted / bucketize -------------------------------------------------------------------
+
+
+def _search(boundaries: Any, values: Any, right: bool, out_int32: bool, sorter: Any = None) -> Any:
+    """Insertion points of `values` in `boundaries` (1-D, or batched over leading dims)."""
+    compute, _ = promote(boundaries, values)
+    boundaries, values = cast(boundaries, compute), cast(values, compute)
+    if sorter is not None:
+        boundaries = jnp.take_along_axis(boundaries, sorter, axis=-1)
+    side = "right" if right else "left"
+    out_dtype = jnp.int32 if out_int32 else jnp.int64
+    if boundaries.ndim == 1:
+        return jnp.searchsorted(boundaries, values, side=side).astype(out_dtype)
+    rows = boundaries.reshape(-1, boundaries.shape[-1])
+    queries = values.reshape(rows.shape[0], -1)
+    found = jax.vmap(lambda b, v: jnp.searchsorted(b, v, side=side))(rows, queries)
+    return found.reshape(values.shape).astype(out_dtype)
+
+
+def _check_search(boundaries: Any, values: Any, sorter: Any) -> None:
+    if boundaries.ndim > 1 and boundaries.shape[:-1] != values.shape[:-1]:
+        raise RuntimeError(
+            "neuron: searchsorted(): boundaries tensor should be 1 dimension or the first N-1 dimensions of "
+            f"boundaries tensor and input value tensor must match, but we got boundaries tensor "
+            f"{list(boundaries.shape)} and input value tensor {list(values.shape)}"
+        )
+    if sorter is not None and sorter.shape != boundaries.shape:
+        raise RuntimeError("neuron: searchsorted(): boundary and sorter must have the same size")
+
+
+@lowering(aten.searchsorted.Tensor, aten.searchsorted.Scalar)
+def searchsorted(
+    boundaries: Any,
+    values: Any,
+    out_int32: bool = False,
+    right: bool = False,
+    side: str | None = None,
+    sorter: Any = None,
+) -> Any:
+    values = jnp.asarray(values)
+    _check_search(boundaries, values, sorter)
+    return _search(boundaries, values, right or side == "right", out_int32, sorter)
+
+
+@lowering(aten.bucketize.Tensor, aten.bucketize.Scalar)
+def bucketize(values: Any, boundaries: Any, out_int32: bool = False, right: bool = False) -> Any:
+    if boundaries.ndim != 1:
+        raise RuntimeError(
+            f"neuron: bucketize(): boundaries tensor must be 1 dimension, but got dim({boundaries.ndim})"
+        )
+    return _search(boundaries, jnp.asarray(values), right, out_int32)

@@ -1,0 +1,89 @@
+"""Device memory: one flat PJRT buffer per storage, keyed by a unique device address.
+
+An address is handed out per storage and never reused. The runtime maps it to the storage's
+buffer (a 1-D jax.Array of the storage's elements, or None until first written) and accounts
+its bytes exactly from allocation until the storage dies.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+_ALIGN = 512
+_BASE = 0x1000_0000_0000
+
+
+@dataclass
+class Allocation:
+    nbytes: int
+    buffer: Any = None  # jax.Array, flat, or None while never written
+    dtype: Any = None  # torch dtype of the buffer's elements
+    ref: Any = None  # weak reference to the storage; frees this allocation when it dies
+
+
+@dataclass
+class MemoryStats:
+    allocated: int = 0
+    peak: int = 0
+    num_alloc: int = 0
+    num_free: int = 0
+    num_ooms: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+
+def capacity_bytes() -> int:
+    """Device capacity: `TORCH_NEURONX_MEMORY_GB`, else 16 GiB (a NeuronCore's HBM share)."""
+    return int(float(os.environ.get("TORCH_NEURONX_MEMORY_GB", "16")) * 2**30)
+
+
+class DeviceMemory:
+    """Address -> Allocation table with exact accounting and a capacity limit."""
+
+    def __init__(self) -> None:
+        self.table: dict[int, Allocation] = {}
+        self.stats = MemoryStats()
+        self.capacity = capacity_bytes()
+        self._next = _BASE
+
+    def allocate(self, nbytes: int, buffer: Any = None, dtype: Any = None) -> tuple[int, Allocation]:
+        stats = self.stats
+        with stats.lock:
+            if stats.allocated + nbytes > self.capacity:
+                stats.num_ooms += 1
+                raise torch.OutOfMemoryError(
+                    f"neuron: out of memory allocating {_fmt(nbytes)} "
+                    f"({_fmt(stats.allocated)} of {_fmt(self.capacity)} in use). Free tensors, "
+                    "use smaller batches, or raise TORCH_NEURONX_MEMORY_GB."
+                )
+            stats.allocated += nbytes
+            stats.num_alloc += 1
+            if stats.allocated > stats.peak:
+                stats.peak = stats.allocated
+            addr = self._next
+            self._next += max(_ALIGN, -(-nbytes // _ALIGN) * _ALIGN)
+        alloc = self.table[addr] = Allocation(nbytes, buffer, dtype)
+        return addr, alloc
+
+    def free(self, addr: int) -> None:
+        alloc = self.table.pop(addr, None)
+        if alloc is None:
+            return
+        with self.stats.lock:
+            self.stats.allocated -= alloc.nbytes
+            self.stats.num_free += 1
+
+    def reset_peak(self) -> None:
+        with self.stats.lock:
+            self.stats.peak = self.stats.allocated
+
+
+def _fmt(n: int) -> str:
+    return f"{n / 2**20:.2f} MiB"
+
+
+MEMORY = DeviceMemory()

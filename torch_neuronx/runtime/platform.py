@@ -1,0 +1,50 @@
+"""PJRT platform choice and lazy JAX initialisation.
+
+`TORCH_NEURONX_PLATFORM` picks the JAX backend (`cpu` by default, `cuda` where jax[cuda] is
+installed). JAX is imported and configured on first device use, never at `import torch`.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+
+def platform_name() -> str:
+    return os.environ.get("TORCH_NEURONX_PLATFORM", "cpu").lower()
+
+
+def cache_dir() -> Path:
+    default = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "torchneuron" / "xla"
+    return Path(os.environ.get("TORCH_NEURONX_CACHE_DIR", default))
+
+
+@functools.cache
+def jax() -> ModuleType:
+    """Import and configure JAX once: x64 on, the chosen platform, the persistent cache."""
+    import jax as _jax
+
+    _jax.config.update("jax_enable_x64", True)
+    _jax.config.update("jax_platforms", platform_name())
+    _jax.config.update("jax_compilation_cache_dir", str(cache_dir()))
+    _jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+    _jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+    return _jax
+
+
+def local_index() -> int:
+    """Which of the platform's devices this process owns (DESIGN decision 7)."""
+    cores = os.environ.get("NEURON_RT_VISIBLE_CORES", "")
+    if cores and "," not in cores and "-" not in cores:
+        return int(cores)
+    return int(os.environ.get("LOCAL_RANK", "0"))
+
+
+@functools.cache
+def device() -> Any:
+    """The PJRT device this process runs on."""
+    devices = jax().devices()
+    return devices[local_index() % len(devices)]
