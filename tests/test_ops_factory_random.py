@@ -116,6 +116,24 @@ def test_out_overloads() -> None:
         torch.testing.assert_close(lin.cpu(), torch.linspace(0, 1, 5))
 
 
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda device, v: torch.arange(v, device=device),
+        lambda device, v: torch.full((2,), v, device=device),
+        lambda device, v: torch.tensor([True, False], device=device) + v,
+        lambda device, v: torch.tensor([3, 4], device=device).mul(v),
+    ],
+    ids=["arange", "full", "bool_add", "int_mul"],
+)
+def test_equal_numbers_of_other_types_do_not_share_an_executable(make: object) -> None:
+    """4.0 == 4 == True as cache keys: each must still give its own dtype and values."""
+    for value in (4.0, 4, True, 1, 1.0, False):
+        got, expect = make(d, value), make("cpu", value)
+        assert got.dtype == expect.dtype, value
+        assert got.cpu().tolist() == expect.tolist(), value
+
+
 def test_factory_errors() -> None:
     with pytest.raises(RuntimeError, match="upper bound and larger bound inconsistent with step sign"):
         torch.arange(0, 5, -1, device=d)

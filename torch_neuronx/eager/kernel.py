@@ -3,8 +3,10 @@
 Per call, each argument contributes to a cache key: tensors their storage slot, dtype and
 geometry; float scalars, alone or in a Scalar[] list, only their type (their value is an
 executable input, so a learning rate that changes every step never recompiles); everything
-else its value. The executable gathers each tensor from its storage buffer, applies the lowering,
-and scatters the values of mutated arguments back into their storages' buffers (DESIGN 3).
+else its value, and for numbers also their type (4, 4.0 and True are equal dict keys, but
+`arange(4)` is int64 and `arange(4.0)` float32). The executable gathers each tensor from its
+storage buffer, applies the lowering, and scatters the values of mutated arguments back into
+their storages' buffers (DESIGN 3).
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ _TENSOR_KINDS = {
     "List[number]": SCALAR_LIST,
 }
 _DYNAMIC_SCALARS = (float, complex)
+_NUMBERS = (bool, int, float)
 
 
 def is_contiguous(shape: tuple, strides: tuple) -> bool:
@@ -130,13 +133,14 @@ class Binder:
 class Call:
     """One call's executable inputs: distinct storages (slots) and dynamic scalars."""
 
-    __slots__ = ("allocs", "scalars", "slots", "tensors")
+    __slots__ = ("allocs", "scalars", "slots", "tensors", "types")
 
     def __init__(self) -> None:
         self.slots: dict[int, int] = {}
         self.allocs: list = []
         self.scalars: list = []
         self.tensors: list = []
+        self.types: list = []  # of the numbers keyed by value, in argument order
 
     def tensor(self, t: torch.Tensor, op: Any) -> tuple:
         try:
@@ -299,6 +303,7 @@ class Kernel:
         try:
             key = [this._arg_key(kind, v, call) for kind, v in zip(this.kinds, values)]
             key.append(call.fresh_key())
+            key.append(tuple(call.types))
             if this.lowering.size is not None:
                 key.append(this._sizes(tuple(key), call))
             key = tuple(key)
@@ -353,11 +358,17 @@ class Kernel:
                 return call.tensor(v, self.op)
             kind = SCALAR  # a wrapped Python number arrives unboxed
         if kind == STATIC:
-            return tuple(v) if isinstance(v, list) else v
+            if isinstance(v, list):
+                return tuple(v)
+            if type(v) in _NUMBERS:
+                call.types.append(type(v))
+            return v
         if kind == SCALAR:
             if isinstance(v, _DYNAMIC_SCALARS):
                 call.scalars.append(v)
                 return type(v)
+            if type(v) in _NUMBERS:
+                call.types.append(type(v))
             return v
         if kind == OPT_TENSOR:
             return None if v is None else call.tensor(v, self.op)
@@ -419,7 +430,7 @@ class Kernel:
             if lowering.random:
                 kwargs["key"] = device_key(next(scal), next(scal), next(scal))
             if lowering.size is not None:
-                kwargs["size"] = key[len(kinds) + 1]
+                kwargs["size"] = key[len(kinds) + 2]
             if lowering.layout:
                 kwargs["contiguous"] = tuple(
                     isinstance(k, tuple) and k[0] != "cpu0" and is_contiguous(k[2], k[3])
