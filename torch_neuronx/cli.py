@@ -38,13 +38,41 @@ def report(script: str | None) -> None:
     print(json.dumps(torch_neuronx.metrics(), indent=2))
 
 
+def bench(sections: list[str], quick: bool) -> None:
+    """Each section prints its table as soon as it has run."""
+    for section in sections:
+        if section == "ops":
+            from torch_neuronx import bench as ops_bench
+
+            ops_bench.main()
+        elif section == "compile":
+            from torch_neuronx.compile import bench as compile_bench
+
+            print(compile_bench.format_results(compile_bench.run(quick)))
+        elif section == "hf":
+            from torch_neuronx.hf import bench as hf_bench
+
+            print(hf_bench.format_results(hf_bench.run(8 if quick else 32)))
+        else:
+            from torch_neuronx.distributed import bench as dist_bench
+
+            sizes = (1, 16) if quick else dist_bench.DEFAULT_SIZES_MB
+            print(dist_bench.format_table(dist_bench.run(sizes_mb=sizes)))
+        print(flush=True)
+
+
+BENCH_SECTIONS = ["ops", "compile", "hf", "distributed"]
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="torchneuron", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("info", help="platform, device and registry facts")
     demo = sub.add_parser("demo", help="train a small transformer on neuron next to CPU")
     demo.add_argument("--steps", type=int, default=20)
-    sub.add_parser("bench", help="eager per-op time on neuron vs CPU")
+    ben = sub.add_parser("bench", help="neuron next to PyTorch CPU: eager ops, compile, HF serving, distributed")
+    ben.add_argument("sections", nargs="*", help=f"any of {', '.join(BENCH_SECTIONS)} (default: all, in this order)")
+    ben.add_argument("--quick", action="store_true", help="fewer steps and sizes")
     rep = sub.add_parser("report", help="run a script (default: a short demo) and print device metrics")
     rep.add_argument("script", nargs="?")
     args = parser.parse_args(argv)
@@ -55,9 +83,10 @@ def main(argv: list[str] | None = None) -> None:
 
         demo_module.main(args.steps)
     elif args.command == "bench":
-        from torch_neuronx import bench
-
-        bench.main()
+        unknown = sorted(set(args.sections) - set(BENCH_SECTIONS))
+        if unknown:
+            parser.error(f"unknown bench section {', '.join(unknown)}; choose from {', '.join(BENCH_SECTIONS)}")
+        bench(args.sections or BENCH_SECTIONS, args.quick)
     else:
         report(args.script)
 
