@@ -71,9 +71,10 @@ def train_step(device: str, backend: str | None, steps: int = 5, batch: int = 4,
 
 
 def _generate_tokens_per_s(model: torch.nn.Module, tokens: int, **kwargs: Any) -> float:
-    """Greedy `generate` tokens/s after a warm-up generate (which compiles what it needs)."""
+    """Greedy `generate` tokens/s after an identical warm-up generate, which compiles what it
+    needs: the decode graph, and eager kernels for each new length of the growing `input_ids`."""
     ids = torch.randint(0, LLAMA["vocab_size"], (1, 8), generator=torch.Generator().manual_seed(0)).to(model.device)
-    model.generate(ids, max_new_tokens=3, do_sample=False, **kwargs)
+    model.generate(ids, max_new_tokens=tokens + 1, do_sample=False, **kwargs)
     start = time.perf_counter()
     model.generate(ids, max_new_tokens=tokens + 1, do_sample=False, **kwargs)
     return tokens / (time.perf_counter() - start)

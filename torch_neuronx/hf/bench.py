@@ -3,7 +3,8 @@ with `from_pretrained(device_map=...)` and served with a static cache, on neuron
 
 Load-to-first-token is measured from `from_pretrained` to the first generated token on the
 host, in this process (on neuron it includes compiling the prefill and decode graphs unless the
-persistent cache is warm). Tokens/s is a second, warm `generate` of `tokens` new tokens.
+persistent cache is warm). Tokens/s is a third `generate` of `tokens` new tokens, after an
+identical warm-up one.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ def serve(path: str, device: str, tokens: int = 32) -> dict[str, Any]:
     model = AutoModelForCausalLM.from_pretrained(path, device_map=device).eval()
     first = model.generate(ids.to(device), max_new_tokens=1, **kwargs).cpu()
     load_to_first_token = time.perf_counter() - start
-    model.generate(ids.to(device), max_new_tokens=3, **kwargs)  # warm-up: the decode step
+    model.generate(ids.to(device), max_new_tokens=tokens + 1, **kwargs)  # warm-up, as in compile.bench
     start = time.perf_counter()
     out = model.generate(ids.to(device), max_new_tokens=tokens + 1, **kwargs).cpu()
     seconds = time.perf_counter() - start
