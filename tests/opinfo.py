@@ -3,7 +3,7 @@
 `check_op(opinfo, dtype)` runs every sample of one OpInfo entry on CPU and on neuron and
 compares outputs (and, with `grad=True`, input gradients). `classify` runs it with the CPU
 fallback disabled and reports how the op was served. The CI slice and the full sweep
-(`torchneuron report --sweep`) both use these functions.
+(`python tests/sweep_opinfo.py`) both use these functions.
 """
 
 from __future__ import annotations
@@ -66,6 +66,10 @@ RANDOM_OPS = {
 }
 
 
+class CpuError(Exception):
+    """The CPU reference itself raised: the entry does not run on CPU with this dtype."""
+
+
 def find(name: str, variant: str = "") -> Any:
     return OPS[(name, variant)]
 
@@ -112,7 +116,10 @@ def check_op(
         if "device" in dev_sample.kwargs:  # factory samples name the device they build on
             dev_sample.kwargs["device"] = "neuron"
         torch.manual_seed(0)
-        cpu_out = opinfo(sample.input, *sample.args, **sample.kwargs)
+        try:
+            cpu_out = opinfo(sample.input, *sample.args, **sample.kwargs)
+        except Exception as error:
+            raise CpuError(f"{opinfo.name} on CPU: {error}") from error
         torch.manual_seed(0)
         with torch.device("neuron"):  # factory samples without a device build on the default one
             dev_out = opinfo(dev_sample.input, *dev_sample.args, **dev_sample.kwargs)
@@ -165,7 +172,7 @@ def fallback_disabled() -> Iterator[None]:
 
 
 def classify(opinfo: Any, dtype: torch.dtype, grad: bool = False, max_samples: int | None = None) -> str:
-    """'native' | 'decomposed' | 'fallback' | 'failing' | 'no-samples' for one entry."""
+    """'native' | 'decomposed' | 'fallback' | 'failing' | 'no-samples' | 'n/a' (CPU raises) for one entry."""
     try:
         torch_neuronx.reset_metrics()
         with fallback_disabled():
@@ -173,6 +180,8 @@ def classify(opinfo: Any, dtype: torch.dtype, grad: bool = False, max_samples: i
         if not count:
             return "no-samples"
         return "decomposed" if torch_neuronx.metrics()["decompositions"] else "native"
+    except CpuError:
+        return "n/a"
     except Exception:
         pass
     try:
