@@ -328,7 +328,20 @@ def tiny_causal_lm(model_type: str, seed: int = 0, **kwargs: Any) -> Any:
         model = causal_lm_class(model_type)._from_config(config, **kwargs)
     if hasattr(model, "set_default_language"):  # X-MOD routes through a per-language adapter
         model.set_default_language(config.languages[0])
+    _randomize_constant_matrices(model)
     return model.eval()
+
+
+def _randomize_constant_matrices(model: Any) -> None:
+    """Random weights everywhere: a matrix the model's init leaves constant gets N(0, 0.02).
+    AFMoE zero-initialises its router, so every expert ties and which ones top-k picks is
+    implementation-defined (PyTorch CPU and XLA break ties differently)."""
+    import torch
+
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() >= 2 and p.numel() > 1 and p.is_floating_point() and bool((p == p.flatten()[0]).all()):
+                p.normal_(0.0, 0.02)
 
 
 @override("jamba")
