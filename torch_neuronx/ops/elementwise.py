@@ -752,6 +752,12 @@ for _packet, _fn in COMPARE.items():
     lowering(*tensor_overloads(_packet))(elementwise(_fn, ALWAYS_BOOL))
 
 
+@lowering(aten.equal.default)
+def equal(a: Array, b: Array) -> Array:
+    """`torch.equal`: the same sizes and the same values after promotion (NaN equals nothing)."""
+    return jnp.all(a == b) if a.shape == b.shape else jnp.asarray(False)
+
+
 def _real_only(fn: Callable[[Array], Array]) -> Callable[[Array], Array]:
     """Float classification; integers and bools are always finite."""
     return lambda x: fn(x) if is_floating(x) or is_complex(x) else jnp.zeros(x.shape, jnp.bool_)

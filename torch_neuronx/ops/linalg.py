@@ -230,6 +230,63 @@ def diag_embed(x: Any, offset: int = 0, dim1: int = -2, dim2: int = -1) -> Any:
     return jnp.transpose(square, perm)
 
 
+@lowering(aten._trilinear.default)
+def trilinear(
+    i1: Any, i2: Any, i3: Any, expand1: list, expand2: list, expand3: list, sumdim: list, unroll_dim: int = 1
+) -> Any:
+    """`nn.functional.bilinear`'s kernel: unsqueeze each input at its expand dims, multiply, sum `sumdim`."""
+
+    def grown(x: Any, dims: list) -> Any:
+        for d in sorted(dims):
+            x = jnp.expand_dims(x, d)
+        return x
+
+    product = grown(i1, expand1) * grown(i2, expand2) * grown(i3, expand3)
+    return jnp.sum(product, axis=tuple(sumdim), dtype=product.dtype) if sumdim else product
+
+
+# ---- distances ----------------------------------------------------------------------------
+
+
+def _differences(x1: Any, x2: Any) -> Any:
+    """(..., P, M) and (..., R, M) -> (..., P, R, M), batch dims broadcast."""
+    return x1[..., :, None, :] - x2[..., None, :, :]
+
+
+@lowering(aten._cdist_forward.default, static=("p",))
+def cdist(x1: Any, x2: Any, p: float, compute_mode: Any = None) -> Any:
+    d = jnp.abs(_differences(x1, x2))
+    if p == 0:
+        return jnp.sum(d != 0, axis=-1).astype(x1.dtype)
+    if p == float("inf"):
+        return jnp.max(d, axis=-1, initial=0)
+    if p == 1:
+        return jnp.sum(d, axis=-1)
+    if p == 2:
+        return jnp.sqrt(jnp.sum(d * d, axis=-1))
+    return jnp.sum(d**p, axis=-1) ** (1 / p)
+
+
+@lowering(aten._cdist_backward.default, static=("p",))
+def cdist_backward(grad: Any, x1: Any, x2: Any, p: float, dist: Any) -> Any:
+    """d dist / d x1 summed over x2's rows; zero where the distance is zero (PyTorch's convention)."""
+    diff = _differences(x1, x2)
+    g, r = grad[..., None], dist[..., None]
+    zero = jnp.zeros((), x1.dtype)
+    if p == 0:
+        term = jnp.zeros_like(diff)
+    elif p == 1:
+        term = jnp.sign(diff) * g
+    elif p == float("inf"):
+        term = jnp.sign(diff) * g * (jnp.abs(diff) == r)
+    elif p < 2:
+        ratio = jnp.sign(diff) * jnp.abs(diff) ** (p - 1) / jnp.where(r == 0, 1, r) ** (p - 1)
+        term = jnp.where((r == 0) | (diff == 0), zero, ratio * g)
+    else:
+        term = jnp.where(r == 0, zero, diff * jnp.abs(diff) ** (p - 2) / jnp.where(r == 0, 1, r) ** (p - 1) * g)
+    return jnp.sum(term, axis=-2).reshape(x1.shape)
+
+
 # ---- factorizations -----------------------------------------------------------------------
 
 

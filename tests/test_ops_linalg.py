@@ -1,0 +1,55 @@
+"""Matrix products, linear algebra and distances on neuron against PyTorch CPU
+(torch_neuronx/ops/linalg.py), natively: a slice of the OpInfo entries, forward and backward."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from opinfo import fallback_disabled, find
+from test_ops_nn import check_family
+
+ENTRIES = [
+    "mm",
+    "addmm",
+    "baddbmm",
+    "matmul",
+    "nn.functional.bilinear",
+    "cdist",
+    "cov",
+    "corrcoef",
+    "linalg.cholesky",
+    "linalg.qr",
+    "linalg.solve",
+    "linalg.inv",
+    "linalg.det",
+    "linalg.eigh",
+]
+
+
+@pytest.mark.parametrize("name", ENTRIES)
+def test_opinfo_float32_forward_backward(name: str) -> None:
+    assert check_family(find(name), torch.float32, grad=True, max_samples=3) > 0
+
+
+@pytest.mark.parametrize("p", [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, float("inf")])
+def test_cdist_norms_and_zero_distances(p: float) -> None:
+    a = torch.randn(2, 5, 3)
+    b = torch.cat([a[:, :2], torch.randn(2, 3, 3)], 1)  # rows 0-1 coincide: distance 0, gradient 0
+    cpu = [a.clone().requires_grad_(), b.clone().requires_grad_()]
+    dev = [t.detach().to("neuron").requires_grad_() for t in cpu]
+    with fallback_disabled():
+        got = torch.cdist(*dev, p=p)
+        got.sum().backward()
+    want = torch.cdist(*cpu, p=p)
+    want.sum().backward()
+    torch.testing.assert_close(got.cpu(), want.detach(), rtol=1e-5, atol=1e-5)
+    for d, c in zip(dev, cpu):
+        torch.testing.assert_close(d.grad.cpu(), c.grad, rtol=1e-4, atol=1e-5)
+
+
+def test_equal() -> None:
+    x = torch.tensor([1.0, float("nan"), 3.0])
+    with fallback_disabled():
+        for a, b in [(x[::2], x[::2]), (x, x), (x[:2], x[:1]), (torch.arange(3), torch.arange(3.0))]:
+            assert torch.equal(a.to("neuron"), b.to("neuron")) == torch.equal(a, b)
+        assert torch.equal(torch.empty(0, device="neuron"), torch.empty(0, device="neuron"))
