@@ -83,15 +83,28 @@ def find(name: str, variant: str = "") -> Any:
 
 
 def _to_neuron(x: Any) -> Any:
-    if isinstance(x, torch.Tensor) and x.device.type == "cpu":
+    """A CPU tensor's copy on neuron; a partial view (`x[5:]`) keeps its whole storage and its
+    geometry there, so ops that reach outside the view (as_strided) see the same elements."""
+    if not isinstance(x, torch.Tensor) or x.device.type != "cpu":
+        return x
+    if x.storage_offset() or x.untyped_storage().nbytes() != x.numel() * x.element_size():
+        whole = torch.empty(0, dtype=x.dtype).set_(x.untyped_storage()).to("neuron")
+        y = whole.as_strided(x.shape, x.stride(), x.storage_offset()).detach()
+    else:
         y = x.detach().to("neuron")
-        return y.requires_grad_(x.requires_grad) if x.is_floating_point() or x.is_complex() else y
-    return x
+    return y.requires_grad_(x.requires_grad) if x.is_floating_point() or x.is_complex() else y
 
 
-def _on_neuron(sample: Any) -> Any:
+# Arguments PyTorch requires on the host for any accelerator (CUDA included).
+HOST_ARGS = {"tensor_split": 0}
+
+
+def _on_neuron(name: str, sample: Any) -> Any:
     """The sample with its tensors on neuron, and a CPU device argument (`x.to("cpu")`) made neuron."""
+    host = HOST_ARGS.get(name)
     dev_sample = sample.transform(_to_neuron)
+    if host is not None:
+        dev_sample.args = (*dev_sample.args[:host], sample.args[host], *dev_sample.args[host + 1 :])
 
     def device(v: Any) -> Any:
         cpu = (isinstance(v, str) and v == "cpu") or (isinstance(v, torch.device) and v.type == "cpu")
@@ -135,7 +148,7 @@ def check_op(
         if max_samples is not None and count >= max_samples:
             break
         exact = opinfo.name not in RANDOM_OPS and not _draws(opinfo.name, sample)
-        dev_sample = _on_neuron(sample)
+        dev_sample = _on_neuron(opinfo.name, sample)
         torch.manual_seed(0)
         try:
             cpu_out = opinfo(sample.input, *sample.args, **sample.kwargs)

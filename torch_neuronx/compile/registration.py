@@ -4,9 +4,11 @@
 When Dynamo's modules are first imported:
 - its backend registry gains a lazy entry for "neuron" (the installed package also declares it
   as a `torch_dynamo_backends` entry point; this covers a checkout that is not installed);
-- its trace rules skip torch_neuronx: our eager kernels are Python functions called from the
-  dispatcher, and Dynamo must run them, not trace them, when they execute inside compiled
-  code (between graphs, or in nodes that run eagerly).
+- its trace rules skip torch_neuronx and JAX: our eager kernels are Python functions called
+  from the dispatcher, and Dynamo must run them, not trace them, when they execute inside
+  compiled code (between graphs, or in nodes that run eagerly). Each frame is judged on its
+  own, so JAX's frames need the rule too: traced by Dynamo, a JAX tracer stops being an array
+  to `jnp.take`.
 """
 
 from __future__ import annotations
@@ -25,7 +27,8 @@ def _register_backend(registry: Any) -> None:
 
 
 def _skip_tracing(trace_rules: Any) -> None:
-    trace_rules.add("torch_neuronx")
+    for package in ("torch_neuronx", "jax", "jaxlib"):
+        trace_rules.add(package)
 
 
 _HOOKS: dict[str, Callable[[Any], None]] = {

@@ -446,7 +446,7 @@ class Kernel:
             leaves, entry.tree = jax.tree_util.tree_flatten(result)
             leaves = [jnp.asarray(x) for x in leaves]
             entry.out_meta = [(tuple(x.shape), TO_TORCH[np.dtype(x.dtype)]) for x in leaves]
-            entry.single = not mutated and not self.item_returns and entry.tree.num_nodes == 1
+            entry.single = not mutated and not self.item_returns and entry.tree.num_nodes == entry.tree.num_leaves == 1
             return [x.reshape(-1) for x in leaves], [storage[s] for s in entry.mutated_slots], flags
 
         return run

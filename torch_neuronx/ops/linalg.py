@@ -287,6 +287,24 @@ def cdist_backward(grad: Any, x1: Any, x2: Any, p: float, dist: Any) -> Any:
     return jnp.sum(term, axis=-2).reshape(x1.shape)
 
 
+def _pairs(n: int) -> tuple[Any, Any]:
+    return np.triu_indices(n, k=1)
+
+
+@lowering(aten._pdist_forward.default, static=("p",))
+def pdist(x: Any, p: float = 2) -> Any:
+    """Distances between the rows of (N, M) `x`, pairs i < j in row-major order."""
+    return cdist(x, x, p)[_pairs(x.shape[0])]
+
+
+@lowering(aten._pdist_backward.default, static=("p",))
+def pdist_backward(grad: Any, x: Any, p: float, dist: Any) -> Any:
+    """Each pair's gradient reaches both its rows: cdist's backward with the symmetric grad."""
+    i, j = _pairs(x.shape[0])
+    full = jnp.zeros((x.shape[0], x.shape[0]), grad.dtype).at[i, j].set(grad)
+    return cdist_backward(full + full.T, x, x, p, cdist(x, x, p))
+
+
 # ---- factorizations -----------------------------------------------------------------------
 
 

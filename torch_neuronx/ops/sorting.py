@@ -2,12 +2,13 @@
 
 Everything goes through one stable `lax.sort` whose keys order values as PyTorch does: NaN
 above every number (so it sorts last ascending and first descending), -0.0 equal to 0.0, and
-equal keys keep their original order in both directions. `unique` is not here: its output
-shape depends on the data, which a compiled executable cannot express.
+equal keys keep their original order in both directions. `unique` and `unique_consecutive`
+have data-dependent output sizes: their size pass counts the distinct values first.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -212,3 +213,84 @@ def bucketize(values: Any, boundaries: Any, out_int32: bool = False, right: bool
             f"neuron: bucketize(): boundaries tensor must be 1 dimension, but got dim({boundaries.ndim})"
         )
     return _search(boundaries, jnp.asarray(values), right, out_int32)
+
+
+# ---- unique -------------------------------------------------------------------------------
+
+
+def _starts(rows: Any) -> Any:
+    """True where a row differs from the one before (NaN differs from everything, as on CPU)."""
+    if not rows.shape[0]:
+        return jnp.zeros(0, bool)
+    changed = jnp.any((rows[1:] != rows[:-1]).reshape(rows.shape[0] - 1, math.prod(rows.shape[1:])), axis=1)
+    return jnp.concatenate([jnp.ones(1, bool), changed])
+
+
+def _groups(rows: Any, starts: Any, size: int, return_inverse: bool, return_counts: bool) -> tuple[Any, Any, Any]:
+    """(first row of each group, group of each row, rows per group); unrequested parts empty."""
+    group = jnp.cumsum(starts) - 1
+    values = rows[jnp.nonzero(starts, size=size)[0]]
+    inverse = group if return_inverse else jnp.zeros(0, jnp.int64)
+    counts = jnp.zeros(size, jnp.int64).at[group].add(1) if return_counts else jnp.zeros(0, jnp.int64)
+    return values, inverse.astype(jnp.int64), counts
+
+
+def _count_unique(x: Any, *_: Any) -> Any:
+    return jnp.sum(_starts(sort_axis(x.reshape(-1), 0)[0]))
+
+
+@lowering(aten._unique2.default, size=_count_unique)
+def unique(x: Any, sorted: bool = True, return_inverse: bool = False, return_counts: bool = False, *, size: int) -> Any:
+    """Sorted distinct values (PyTorch CPU sorts whatever `sorted` says); -0.0 and 0.0 are one."""
+    values, order = sort_axis(x.reshape(-1), 0)
+    out, group, counts = _groups(values, _starts(values), size, return_inverse, return_counts)
+    inverse = jnp.zeros(x.size, jnp.int64).at[order].set(group).reshape(x.shape) if return_inverse else group
+    return out, inverse, counts
+
+
+def _sorted_rows(rows: Any) -> tuple[Any, Any]:
+    """Rows (n, ...) in lexicographic order, stable, and the order that sorts them."""
+    flat = rows.reshape(rows.shape[0], math.prod(rows.shape[1:]))
+    keys = [k for column in flat.T for k in _keys(column, False)]
+    if not keys or not rows.shape[0]:
+        return rows, jnp.arange(rows.shape[0])
+    order = lax.sort((*keys, jnp.arange(rows.shape[0])), num_keys=len(keys), is_stable=True)[-1]
+    return rows[order], order
+
+
+def _count_unique_rows(x: Any, dim: int, *_: Any) -> Any:
+    return jnp.sum(_starts(_sorted_rows(_rows(x, dim))[0]))
+
+
+@lowering(aten.unique_dim.default, size=_count_unique_rows)
+def unique_dim(
+    x: Any, dim: int, sorted: bool = True, return_inverse: bool = False, return_counts: bool = False, *, size: int
+) -> Any:
+    axis = wrap_dim(dim, x.ndim, "unique_dim")
+    rows, order = _sorted_rows(_rows(x, axis))
+    out, group, counts = _groups(rows, _starts(rows), size, return_inverse, return_counts)
+    inverse = jnp.zeros(rows.shape[0], jnp.int64).at[order].set(group) if return_inverse else group
+    return jnp.moveaxis(out, 0, axis), inverse, counts
+
+
+def _rows(x: Any, dim: int | None) -> Any:
+    return x.reshape(-1) if dim is None else jnp.moveaxis(x, wrap_dim(dim, x.ndim, "unique_consecutive"), 0)
+
+
+def _count_consecutive(
+    x: Any, return_inverse: bool = False, return_counts: bool = False, dim: int | None = None
+) -> Any:
+    return jnp.sum(_starts(_rows(x, dim))) if x.size else 0
+
+
+@lowering(aten.unique_consecutive.default, size=_count_consecutive)
+def unique_consecutive(
+    x: Any, return_inverse: bool = False, return_counts: bool = False, dim: int | None = None, *, size: int
+) -> Any:
+    rows = _rows(x, dim)
+    values, inverse, counts = _groups(rows, _starts(rows), size, return_inverse, return_counts)
+    if dim is not None:
+        values = jnp.moveaxis(values, 0, wrap_dim(dim, x.ndim, "unique_consecutive"))
+    elif return_inverse:
+        inverse = inverse.reshape(x.shape)
+    return values, inverse, counts
