@@ -64,6 +64,8 @@ RANDOM_OPS = {
     "new_empty_strided",
     "empty_permuted",
     "nn.functional.rrelu",  # its training-mode samples draw the slopes
+    "nn.functional.fractional_max_pool2d",  # draws its pooling regions
+    "nn.functional.fractional_max_pool3d",
 }
 
 
@@ -207,19 +209,27 @@ def fallback_disabled() -> Iterator[None]:
 
 def classify(opinfo: Any, dtype: torch.dtype, grad: bool = False, max_samples: int | None = None) -> str:
     """'native' | 'decomposed' | 'fallback' | 'failing' | 'no-samples' | 'n/a' (CPU raises) for one entry."""
+    return classify_with_cause(opinfo, dtype, grad, max_samples)[0]
+
+
+def classify_with_cause(
+    opinfo: Any, dtype: torch.dtype, grad: bool = False, max_samples: int | None = None
+) -> tuple[str, str | None]:
+    """`classify`, and for 'failing' the first line of what went wrong with the fallback enabled."""
     try:
         torch_neuronx.reset_metrics()
         with fallback_disabled():
             count = check_op(opinfo, dtype, grad, max_samples)
         if not count:
-            return "no-samples"
-        return "decomposed" if torch_neuronx.metrics()["decompositions"] else "native"
+            return "no-samples", None
+        return ("decomposed" if torch_neuronx.metrics()["decompositions"] else "native"), None
     except CpuError:
-        return "n/a"
+        return "n/a", None
     except Exception:
         pass
     try:
         check_op(opinfo, dtype, grad, max_samples)
-        return "fallback"
-    except Exception:
-        return "failing"
+        return "fallback", None
+    except Exception as error:
+        lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+        return "failing", f"{type(error).__name__}: {' '.join(lines[:3])}"[:240]

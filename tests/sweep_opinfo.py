@@ -39,7 +39,7 @@ def _worker(names: list[tuple[str, str]], max_samples: int, out: mp.Queue) -> No
     import torch
 
     warnings.simplefilter("ignore")
-    from opinfo import OPS, classify
+    from opinfo import OPS, classify_with_cause
 
     for key in names:
         opinfo = OPS[key]
@@ -53,7 +53,10 @@ def _worker(names: list[tuple[str, str]], max_samples: int, out: mp.Queue) -> No
             if grad and dtype not in opinfo.supported_backward_dtypes("cpu"):
                 row[LABELS[(dtype_name, grad)]] = "n/a"
                 continue
-            row[LABELS[(dtype_name, grad)]] = classify(opinfo, dtype, grad=grad, max_samples=max_samples)
+            label, cause = classify_with_cause(opinfo, dtype, grad=grad, max_samples=max_samples)
+            row[LABELS[(dtype_name, grad)]] = label
+            if cause:
+                row.setdefault("causes", {})[LABELS[(dtype_name, grad)]] = cause
         row["seconds"] = round(time.perf_counter() - start, 1)
         out.put(row)
 
@@ -112,6 +115,12 @@ def write_report(rows: list[dict], path: Path, max_samples: int) -> None:
     lines += ["", "| op | variant | " + " | ".join(LABELS.values()) + " |", "|---|---|" + "---|" * len(LABELS)]
     for r in sorted(rows, key=lambda r: (r["op"], r["variant"])):
         lines.append(f"| {r['op']} | {r['variant']} | " + " | ".join(r[label] for label in LABELS.values()) + " |")
+    failing = [(r, label, cause) for r in rows for label, cause in r.get("causes", {}).items()]
+    if failing:
+        lines += ["", "## Failing entries and why (with the CPU fallback enabled)", ""]
+        lines += ["| op | variant | configuration | cause |", "|---|---|---|---|"]
+        for r, label, cause in sorted(failing, key=lambda f: (f[0]["op"], f[0]["variant"], f[1])):
+            lines.append(f"| {r['op']} | {r['variant']} | {label} | {cause.replace('|', '/')} |")
     path.write_text("\n".join(lines) + "\n")
 
 
