@@ -56,3 +56,14 @@ print('intact', torch.neuron.memory_stats()['num_ooms'])
     env = dict(os.environ, TORCH_NEURONX_MEMORY_GB="0.25")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
     assert out.stdout.split() == ["OOM", "True", "OOM2", "intact", "2"]
+
+
+def test_executable_cache_is_bounded(monkeypatch):
+    """Growing shapes (generate's input_ids) keep at most MAX_EXECUTABLES_PER_OP per op, still correct."""
+    from torch_neuronx.eager import dispatch, kernel
+
+    monkeypatch.setattr(kernel, "MAX_EXECUTABLES_PER_OP", 4)
+    for n in range(1, 11):
+        x = torch.arange(float(n))
+        assert (x.to("neuron") * 3).cpu().tolist() == (x * 3).tolist()
+    assert len(dispatch.KERNELS[torch.ops.aten.mul.Tensor].cache) <= 4

@@ -42,6 +42,10 @@ _TENSOR_KINDS = {
     "List[number]": SCALAR_LIST,
 }
 _DYNAMIC_SCALARS = (float, complex)
+# Executables kept per op. Each holds compiled code; a process that meets thousands of shapes
+# (generate's growing input_ids, a sweep) would otherwise exhaust the host's code mappings.
+# The oldest is dropped first; XLA's persistent cache makes building it again cheap.
+MAX_EXECUTABLES_PER_OP = 512
 _NUMBERS = (bool, int, float)
 
 
@@ -257,6 +261,12 @@ class _Entry:
         self.single = False
 
 
+def _bounded_insert(cache: dict, key: tuple, entry: Any) -> None:
+    if len(cache) >= MAX_EXECUTABLES_PER_OP:
+        del cache[next(iter(cache))]
+    cache[key] = entry
+
+
 class Kernel:
     """Runs `op` through `lowering`; writes mutated arguments back through their geometry."""
 
@@ -315,7 +325,7 @@ class Kernel:
                 entry = _Entry()
                 entry.fn = jax.jit(this._traceable(key, entry))
                 outputs, new_buffers, flags = entry.fn(call.inputs(), call.scalars)
-                this.cache[key] = entry
+                _bounded_insert(this.cache, key, entry)
                 metrics.miss(this.name, time.perf_counter() - start)
             else:
                 metrics.hit(this.name)
@@ -345,7 +355,7 @@ class Kernel:
             entry = _Entry()
             entry.fn = jax.jit(self._traceable(key, entry, sizing=True))
             outputs, _, _ = entry.fn(call.inputs(), call.scalars)
-            self.size_cache[key] = entry
+            _bounded_insert(self.size_cache, key, entry)
         elif entry.tree.num_leaves:
             outputs, _, _ = entry.fn(call.inputs(), call.scalars)
         else:
