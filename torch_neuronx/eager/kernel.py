@@ -262,7 +262,7 @@ class _Entry:
 
 
 def _bounded_insert(cache: dict, key: tuple, entry: Any) -> None:
-    if len(cache) >= MAX_EXECUTABLES_PER_OP:
+    while cache and len(cache) >= MAX_EXECUTABLES_PER_OP:
         del cache[next(iter(cache))]
     cache[key] = entry
 
