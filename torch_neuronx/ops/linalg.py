@@ -300,9 +300,12 @@ def pdist(x: Any, p: float = 2) -> Any:
 @lowering(aten._pdist_backward.default, static=("p",))
 def pdist_backward(grad: Any, x: Any, p: float, dist: Any) -> Any:
     """Each pair's gradient reaches both its rows: cdist's backward with the symmetric grad."""
-    i, j = _pairs(x.shape[0])
-    full = jnp.zeros((x.shape[0], x.shape[0]), grad.dtype).at[i, j].set(grad)
-    return cdist_backward(full + full.T, x, x, p, cdist(x, x, p))
+
+    def symmetric(pairs: Any) -> Any:
+        upper = jnp.zeros((x.shape[0], x.shape[0]), pairs.dtype).at[_pairs(x.shape[0])].set(pairs)
+        return upper + upper.T
+
+    return cdist_backward(symmetric(grad), x, x, p, symmetric(dist))
 
 
 # ---- factorizations -----------------------------------------------------------------------

@@ -50,13 +50,9 @@ def _polynomial(body: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
     return fn
 
 
-def _odd(n: Any) -> Any:
-    return n % 2 == 1
-
-
 def _sign(n: Any, x: Any) -> Any:
     """(-1)^n in x's dtype."""
-    return jnp.where(_odd(n), -1, 1).astype(x.dtype)
+    return jnp.where(n % 2 == 1, -1, 1).astype(x.dtype)
 
 
 def _chebyshev(kind: str, y: Any, n: Any, trig_from: int) -> Any:

@@ -235,19 +235,6 @@ def _groups(rows: Any, starts: Any, size: int, return_inverse: bool, return_coun
     return values, inverse.astype(jnp.int64), counts
 
 
-def _count_unique(x: Any, *_: Any) -> Any:
-    return jnp.sum(_starts(sort_axis(x.reshape(-1), 0)[0]))
-
-
-@lowering(aten._unique2.default, size=_count_unique)
-def unique(x: Any, sorted: bool = True, return_inverse: bool = False, return_counts: bool = False, *, size: int) -> Any:
-    """Sorted distinct values (PyTorch CPU sorts whatever `sorted` says); -0.0 and 0.0 are one."""
-    values, order = sort_axis(x.reshape(-1), 0)
-    out, group, counts = _groups(values, _starts(values), size, return_inverse, return_counts)
-    inverse = jnp.zeros(x.size, jnp.int64).at[order].set(group).reshape(x.shape) if return_inverse else group
-    return out, inverse, counts
-
-
 def _sorted_rows(rows: Any) -> tuple[Any, Any]:
     """Rows (n, ...) in lexicographic order, stable, and the order that sorts them."""
     flat = rows.reshape(rows.shape[0], math.prod(rows.shape[1:]))
@@ -256,6 +243,25 @@ def _sorted_rows(rows: Any) -> tuple[Any, Any]:
         return rows, jnp.arange(rows.shape[0])
     order = lax.sort((*keys, jnp.arange(rows.shape[0])), num_keys=len(keys), is_stable=True)[-1]
     return rows[order], order
+
+
+def _unique_rows(rows: Any, size: int, return_inverse: bool, return_counts: bool) -> tuple[Any, Any, Any]:
+    """Distinct rows in sorted order, each input row's group, and rows per group."""
+    ordered, order = _sorted_rows(rows)
+    out, group, counts = _groups(ordered, _starts(ordered), size, return_inverse, return_counts)
+    inverse = jnp.zeros(rows.shape[0], jnp.int64).at[order].set(group) if return_inverse else group
+    return out, inverse, counts
+
+
+def _count_unique(x: Any, *_: Any) -> Any:
+    return jnp.sum(_starts(_sorted_rows(x.reshape(-1))[0]))
+
+
+@lowering(aten._unique2.default, size=_count_unique)
+def unique(x: Any, sorted: bool = True, return_inverse: bool = False, return_counts: bool = False, *, size: int) -> Any:
+    """Sorted distinct values (PyTorch CPU sorts whatever `sorted` says); -0.0 and 0.0 are one."""
+    out, inverse, counts = _unique_rows(x.reshape(-1), size, return_inverse, return_counts)
+    return out, inverse.reshape(x.shape) if return_inverse else inverse, counts
 
 
 def _count_unique_rows(x: Any, dim: int, *_: Any) -> Any:
@@ -267,9 +273,7 @@ def unique_dim(
     x: Any, dim: int, sorted: bool = True, return_inverse: bool = False, return_counts: bool = False, *, size: int
 ) -> Any:
     axis = wrap_dim(dim, x.ndim, "unique_dim")
-    rows, order = _sorted_rows(_rows(x, axis))
-    out, group, counts = _groups(rows, _starts(rows), size, return_inverse, return_counts)
-    inverse = jnp.zeros(rows.shape[0], jnp.int64).at[order].set(group) if return_inverse else group
+    out, inverse, counts = _unique_rows(_rows(x, axis), size, return_inverse, return_counts)
     return jnp.moveaxis(out, 0, axis), inverse, counts
 
 
