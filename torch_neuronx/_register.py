@@ -31,17 +31,23 @@ class _Guard(torch._C._acc.DeviceGuard):
         return torch._C._autograd.DeviceType.PrivateUse1
 
 
-_run: Any = None
+_kernels: dict = {}  # eager.dispatch.KERNELS once the eager machinery has loaded
 
 
 def _dispatch(op: torch._ops.OpOverload, *args: Any, **kwargs: Any) -> Any:
     """Every neuron op enters here; the eager machinery (and JAX) loads on first use."""
-    global _run
-    if _run is None:
-        from .eager.dispatch import run
+    kernel = _kernels.get(op)
+    if kernel is None:
+        kernel = _kernel_for(op)
+    return kernel(*args, **kwargs)
 
-        _run = run
-    return _run(op, *args, **kwargs)
+
+def _kernel_for(op: torch._ops.OpOverload) -> Any:
+    global _kernels
+    from .eager.dispatch import KERNELS, kernel_for
+
+    _kernels = KERNELS
+    return kernel_for(op)
 
 
 def register() -> None:

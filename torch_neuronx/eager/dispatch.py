@@ -40,14 +40,6 @@ def special(*overloads: OpOverload) -> Callable[[Callable[..., Any]], Callable[.
     return register
 
 
-def run(op: OpOverload, *args: Any, **kwargs: Any) -> Any:
-    """The PrivateUse1 fallback: every ATen op on neuron tensors lands here."""
-    kernel = KERNELS.get(op)
-    if kernel is None:
-        kernel = KERNELS[op] = build(op)
-    return kernel(*args, **kwargs)
-
-
 def kernel_for(op: OpOverload) -> Callable[..., Any]:
     kernel = KERNELS.get(op)
     if kernel is None:

@@ -25,10 +25,11 @@ from ..ops._dtypes import TO_TORCH, jax_dtype
 from ..runtime.memory import MEMORY
 from ..runtime.rng import RNG
 from . import metrics
-from .geometry import Geometry, read, write
-from .tensor import new_tensor
+from .geometry import Geometry, contiguous_strides, numel, read, write
+from .tensor import tensor_on_new_storage
 
 _TABLE = MEMORY.table
+_hits = metrics.hits
 TENSOR, OPT_TENSOR, TENSOR_LIST, SCALAR, STATIC, SCALAR_LIST = range(6)
 _TENSOR_KINDS = {
     "Tensor": TENSOR,
@@ -137,11 +138,13 @@ class Binder:
 class Call:
     """One call's executable inputs: distinct storages (slots) and dynamic scalars."""
 
-    __slots__ = ("allocs", "scalars", "slots", "tensors", "types")
+    __slots__ = ("allocs", "buffers", "fresh", "scalars", "slots", "tensors", "types")
 
     def __init__(self) -> None:
         self.slots: dict[int, int] = {}
         self.allocs: list = []
+        self.buffers: list = []  # of the slots' storages that hold one, in slot order
+        self.fresh: list = []  # per slot: None, or (nbytes, dtype) of a never-written storage
         self.scalars: list = []
         self.tensors: list = []
         self.types: list = []  # of the numbers keyed by value, in argument order
@@ -154,6 +157,12 @@ class Call:
                 alloc = _TABLE[addr]
                 slot = self.slots[addr] = len(self.allocs)
                 self.allocs.append(alloc)
+                buffer = alloc.buffer
+                if buffer is None:
+                    self.fresh.append((alloc.nbytes, alloc.dtype))
+                else:
+                    self.fresh.append(None)
+                    self.buffers.append(buffer)
         except (KeyError, AttributeError):
             return self.foreign(t, op)
         self.tensors.append(t)
@@ -172,10 +181,10 @@ class Call:
         )
 
     def fresh_key(self) -> tuple:
-        return tuple((a.nbytes, a.dtype) if a.buffer is None else None for a in self.allocs)
+        return tuple(self.fresh)
 
     def inputs(self) -> list:
-        return [a.buffer for a in self.allocs if a.buffer is not None]
+        return self.buffers
 
 
 def _uploaded(t: Any) -> Any:
@@ -261,6 +270,11 @@ class _Entry:
         self.single = False
 
 
+def _out_meta(shape: tuple, dtype: torch.dtype) -> tuple:
+    """`tensor_on_new_storage`'s leading arguments for a dense result, computed once per executable."""
+    return shape, dtype, contiguous_strides(shape), numel(shape) * dtype.itemsize
+
+
 def _bounded_insert(cache: dict, key: tuple, entry: Any) -> None:
     while cache and len(cache) >= MAX_EXECUTABLES_PER_OP:
         del cache[next(iter(cache))]
@@ -311,8 +325,12 @@ class Kernel:
             values[i] = [_uploaded(t) for t in values[i]]
         call = Call()
         try:
-            key = [this._arg_key(kind, v, call) for kind, v in zip(this.kinds, values)]
-            key.append(call.fresh_key())
+            arg_key, op = this._arg_key, this.op
+            key = [
+                call.tensor(v, op) if kind is TENSOR and isinstance(v, torch.Tensor) else arg_key(kind, v, call)
+                for kind, v in zip(this.kinds, values)
+            ]
+            key.append(tuple(call.fresh))
             key.append(tuple(call.types))
             if this.lowering.size is not None:
                 key.append(this._sizes(tuple(key), call))
@@ -328,8 +346,8 @@ class Kernel:
                 _bounded_insert(this.cache, key, entry)
                 metrics.miss(this.name, time.perf_counter() - start)
             else:
-                metrics.hit(this.name)
-                outputs, new_buffers, flags = entry.fn(call.inputs(), call.scalars)
+                _hits[this.name] += 1
+                outputs, new_buffers, flags = entry.fn(call.buffers, call.scalars)
         except Exception as error:
             this._name_error(error, call)
             raise
@@ -388,11 +406,11 @@ class Kernel:
 
     def _returns(self, entry: _Entry, outputs: list, values: list) -> Any:
         if entry.single:
-            return new_tensor(entry.out_meta[0][0], entry.out_meta[0][1], outputs[0])
+            return tensor_on_new_storage(*entry.out_meta[0], outputs[0])
         if self.item_returns:
             leaves = [np.asarray(o).item() for o in outputs]
         else:
-            leaves = [new_tensor(shape, dtype, buf) for buf, (shape, dtype) in zip(outputs, entry.out_meta)]
+            leaves = [tensor_on_new_storage(*meta, buf) for buf, meta in zip(outputs, entry.out_meta)]
         fresh = jax.tree_util.tree_unflatten(entry.tree, leaves)
         if not self.mutated:
             return fresh
@@ -455,7 +473,7 @@ class Kernel:
                 result = self._write_back(result, arg_keys, storage, entry)
             leaves, entry.tree = jax.tree_util.tree_flatten(result)
             leaves = [jnp.asarray(x) for x in leaves]
-            entry.out_meta = [(tuple(x.shape), TO_TORCH[np.dtype(x.dtype)]) for x in leaves]
+            entry.out_meta = [_out_meta(tuple(x.shape), TO_TORCH[np.dtype(x.dtype)]) for x in leaves]
             entry.single = not mutated and not self.item_returns and entry.tree.num_nodes == entry.tree.num_leaves == 1
             return [x.reshape(-1) for x in leaves], [storage[s] for s in entry.mutated_slots], flags
 

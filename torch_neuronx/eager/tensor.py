@@ -40,20 +40,26 @@ def new_tensor(
 ) -> torch.Tensor:
     """A neuron tensor on a new storage of `nbytes` (default: exactly its elements), holding
     `buffer` (flat jax.Array of the storage's elements) or nothing yet."""
-    shape = list(shape)
+    shape = tuple(shape)
     if strides is None:
-        strides = contiguous_strides(tuple(shape))
+        strides = contiguous_strides(shape)
     if nbytes is None:
         count = 1
         for n in shape:
             count *= n
         nbytes = count * dtype.itemsize
+    return tensor_on_new_storage(shape, dtype, tuple(strides), nbytes, buffer)
+
+
+def tensor_on_new_storage(shape: tuple, dtype: torch.dtype, strides: tuple, nbytes: int, buffer: Any) -> torch.Tensor:
+    """`new_tensor` with every argument given: the eager hot path, which computes them once
+    per executable."""
     addr, alloc = MEMORY.allocate(nbytes, buffer, dtype)
     storage = _storage_at(addr, DEVICE, nbytes)
     alloc.ref = ref = _StorageRef(storage, _release)
     ref.addr = addr
     t = _create(shape, dtype)
-    _set_storage.redispatch_boxed(_CPU, t, storage, 0, shape, list(strides))
+    _set_storage.redispatch_boxed(_CPU, t, storage, 0, shape, strides)
     return t
 
 

@@ -18,12 +18,16 @@ _ALIGN = 512
 _BASE = 0x1000_0000_0000
 
 
-@dataclass
 class Allocation:
-    nbytes: int
-    buffer: Any = None  # jax.Array, flat, or None while never written
-    dtype: Any = None  # torch dtype of the buffer's elements
-    ref: Any = None  # weak reference to the storage; frees this allocation when it dies
+    """One storage's device memory (a slotted class: one is made per eager op's result)."""
+
+    __slots__ = ("buffer", "dtype", "nbytes", "ref")
+
+    def __init__(self, nbytes: int, buffer: Any = None, dtype: Any = None) -> None:
+        self.nbytes = nbytes
+        self.buffer = buffer  # jax.Array, flat, or None while never written
+        self.dtype = dtype  # torch dtype of the buffer's elements
+        self.ref: Any = None  # weak reference to the storage; frees this allocation when it dies
 
 
 @dataclass
