@@ -30,6 +30,7 @@ _signatures: dict[int, list[tuple[str, str]]] = {}
 def compile_graph(gm: GraphModule, example_inputs: list, mode: str | None = None, options: dict | None = None) -> Any:
     """The backend function Dynamo calls (`torch.compile(backend="neuron")`)."""
     from torch._dynamo.backends.common import aot_autograd
+    from torch._functorch.partitioners import min_cut_rematerialization_partition
 
     fallback = _options(options or {})
     if mode not in (None, "default") and mode not in _warned_modes:
@@ -51,6 +52,9 @@ def compile_graph(gm: GraphModule, example_inputs: list, mode: str | None = None
         inference_compiler=compiler("inference"),
         decompositions=decompositions(),
         keep_inference_input_mutations=True,
+        # As inductor: save what is costly to recompute, recompute cheap elementwise chains in
+        # the backward. Fewer saved activations means far fewer forward outputs to write.
+        partition_fn=min_cut_rematerialization_partition,
     )(gm, example_inputs)
 
 
