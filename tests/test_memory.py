@@ -67,3 +67,22 @@ def test_executable_cache_is_bounded(monkeypatch):
         x = torch.arange(float(n))
         assert (x.to("neuron") * 3).cpu().tolist() == (x * 3).tolist()
     assert len(dispatch.KERNELS[torch.ops.aten.mul.Tensor].cache) <= 4
+
+
+def test_executables_are_bounded_across_ops(monkeypatch):
+    """The process-wide bound drops the oldest executable of any op; every result stays right."""
+    import torch_neuronx
+    from torch_neuronx.eager import dispatch, kernel
+
+    monkeypatch.setattr(kernel, "MAX_EXECUTABLES", 6)  # fewer than earlier tests left: those go first
+    for n in range(1, 9):
+        x = torch.arange(float(n))
+        d = x.to("neuron")
+        assert (d * 3).cpu().tolist() == (x * 3).tolist()
+        assert (d - 1).cpu().tolist() == (x - 1).tolist()
+    assert torch_neuronx.metrics()["live_executables"] <= 6
+    mul = dispatch.KERNELS[torch.ops.aten.mul.Tensor].cache
+    sub = dispatch.KERNELS[torch.ops.aten.sub.Tensor].cache
+    assert 0 < len(mul) + len(sub) <= 6
+    x = torch.arange(1.0, 4.0)  # a shape whose executables were dropped builds them again
+    assert (x.to("neuron") * 3).cpu().tolist() == (x * 3).tolist()

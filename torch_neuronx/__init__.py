@@ -19,11 +19,13 @@ __version__ = "0.1.0"
 
 def metrics() -> dict[str, Any]:
     """Executable-cache and coverage counters: hits, misses (= compiles), compile seconds,
-    per-op calls, CPU fallbacks and decompositions; torch.compile's under "compile"."""
+    executables held now, per-op calls, CPU fallbacks and decompositions; torch.compile's
+    under "compile"."""
     from . import compile as compiled
+    from .eager import kernel
     from .eager import metrics as eager_metrics
 
-    return {**eager_metrics.snapshot(), "compile": compiled.metrics()}
+    return {**eager_metrics.snapshot(), "live_executables": kernel.live_executables(), "compile": compiled.metrics()}
 
 
 def reset_metrics() -> None:

@@ -12,6 +12,7 @@ their storages' buffers (DESIGN 3).
 from __future__ import annotations
 
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
@@ -43,10 +44,14 @@ _TENSOR_KINDS = {
     "List[number]": SCALAR_LIST,
 }
 _DYNAMIC_SCALARS = (float, complex)
-# Executables kept per op. Each holds compiled code; a process that meets thousands of shapes
-# (generate's growing input_ids, a sweep) would otherwise exhaust the host's code mappings.
-# The oldest is dropped first; XLA's persistent cache makes building it again cheap.
+# Executables kept per op and in the whole process. Each holds compiled code (about three
+# memory mappings and 1.5 MiB on the CPU platform); a process that meets thousands of shapes
+# (generate's growing input_ids, a sweep) would otherwise run out of mappings ("LLVM
+# compilation error: Cannot allocate memory"). The oldest is dropped first; XLA's persistent
+# cache makes building it again cheap.
 MAX_EXECUTABLES_PER_OP = 512
+MAX_EXECUTABLES = 2048
+_LIVE: OrderedDict[tuple, dict] = OrderedDict()  # (id(cache), key) -> cache, oldest first
 _NUMBERS = (bool, int, float)
 
 
@@ -276,9 +281,22 @@ def _out_meta(shape: tuple, dtype: torch.dtype) -> tuple:
 
 
 def _bounded_insert(cache: dict, key: tuple, entry: Any) -> None:
+    """Add an executable to an op's cache, dropping the op's oldest, then the process's oldest,
+    beyond their bounds."""
     while cache and len(cache) >= MAX_EXECUTABLES_PER_OP:
-        del cache[next(iter(cache))]
+        oldest = next(iter(cache))
+        del cache[oldest]
+        _LIVE.pop((id(cache), oldest), None)
+    while _LIVE and len(_LIVE) >= MAX_EXECUTABLES:
+        (_, oldest), owner = _LIVE.popitem(last=False)
+        owner.pop(oldest, None)
     cache[key] = entry
+    _LIVE[(id(cache), key)] = cache
+
+
+def live_executables() -> int:
+    """Eager executables held now, across every op (at most MAX_EXECUTABLES)."""
+    return len(_LIVE)
 
 
 class Kernel:
