@@ -86,3 +86,19 @@ def test_executables_are_bounded_across_ops(monkeypatch):
     assert 0 < len(mul) + len(sub) <= 6
     x = torch.arange(1.0, 4.0)  # a shape whose executables were dropped builds them again
     assert (x.to("neuron") * 3).cpu().tolist() == (x * 3).tolist()
+
+
+def test_synchronize_waits_for_dropped_results():
+    """A result dropped at once (a benchmark loop) may still be computing; synchronize waits for it."""
+    from torch_neuronx.runtime.memory import MEMORY
+
+    a = torch.randn(256, 256, device="neuron")
+    torch.neuron.synchronize()
+    before = torch.neuron.memory_allocated()
+    for _ in range(3):
+        a @ a
+    pending = [buffer for buffer, _ in MEMORY.retired]
+    assert pending and torch.neuron.memory_allocated() == before  # dead storages are not counted
+    torch.neuron.synchronize()
+    assert all(buffer.is_ready() for buffer in pending)
+    assert MEMORY.retired == []

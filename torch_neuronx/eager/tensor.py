@@ -74,6 +74,6 @@ def allocation(t: torch.Tensor) -> Allocation:
 
 
 def block_until_ready() -> None:
-    for alloc in list(_TABLE.values()):
-        if alloc.buffer is not None:
-            alloc.buffer.block_until_ready()
+    """Wait for every buffer still being computed, including those of storages already dead."""
+    for buffer in MEMORY.in_flight():
+        buffer.block_until_ready()

@@ -16,6 +16,7 @@ import torch
 
 _ALIGN = 512
 _BASE = 0x1000_0000_0000
+_PRUNE_COUNT, _PRUNE_BYTES = 64, 64 * 2**20  # retired buffers held before letting finished ones go
 
 
 class Allocation:
@@ -53,6 +54,8 @@ class DeviceMemory:
         self.stats = MemoryStats()
         self.capacity = capacity_bytes()
         self._next = _BASE
+        self.retired: list = []  # (buffer, nbytes) of dead storages, possibly still being computed
+        self._retired_bytes = 0
 
     def allocate(self, nbytes: int, buffer: Any = None, dtype: Any = None) -> tuple[int, Allocation]:
         stats = self.stats
@@ -80,6 +83,24 @@ class DeviceMemory:
         with self.stats.lock:
             self.stats.allocated -= alloc.nbytes
             self.stats.num_free += 1
+            if alloc.buffer is not None:
+                self._retire(alloc.buffer, alloc.nbytes)
+
+    def _retire(self, buffer: Any, nbytes: int) -> None:
+        """Keep a dead storage's buffer until it is computed: a result dropped at once (`a @ b`
+        in a loop) may still be in flight, and `synchronize()` must wait for it too. Finished
+        ones are let go every _PRUNE_COUNT buffers or _PRUNE_BYTES bytes."""
+        self.retired.append((buffer, nbytes))
+        self._retired_bytes += nbytes
+        if len(self.retired) >= _PRUNE_COUNT or self._retired_bytes >= _PRUNE_BYTES:
+            self.retired = [(b, n) for b, n in self.retired if not b.is_ready()]
+            self._retired_bytes = sum(n for _, n in self.retired)
+
+    def in_flight(self) -> list:
+        """Buffers whose work may still be running: live storages' and retired ones."""
+        with self.stats.lock:
+            retired, self.retired, self._retired_bytes = self.retired, [], 0
+        return [a.buffer for a in list(self.table.values()) if a.buffer is not None] + [b for b, _ in retired]
 
     def reset_peak(self) -> None:
         with self.stats.lock:
