@@ -80,11 +80,12 @@ class DeviceMemory:
         alloc = self.table.pop(addr, None)
         if alloc is None:
             return
+        buffer = alloc.buffer
         with self.stats.lock:
             self.stats.allocated -= alloc.nbytes
             self.stats.num_free += 1
-            if alloc.buffer is not None:
-                self._retire(alloc.buffer, alloc.nbytes)
+            if buffer is not None and not buffer.is_ready():
+                self._retire(buffer, alloc.nbytes)
 
     def _retire(self, buffer: Any, nbytes: int) -> None:
         """Keep a dead storage's buffer until it is computed: a result dropped at once (`a @ b`
