@@ -92,7 +92,7 @@ def test_synchronize_waits_for_dropped_results():
     """A result dropped at once (a benchmark loop) may still be computing; synchronize waits for it."""
     from torch_neuronx.runtime.memory import MEMORY
 
-    a = torch.randn(256, 256, device="neuron")
+    a = torch.randn(512, 512, device="neuron")
     torch.neuron.synchronize()
     before = torch.neuron.memory_allocated()
     for _ in range(3):

@@ -60,6 +60,7 @@ class DeviceMemory:
     def allocate(self, nbytes: int, buffer: Any = None, dtype: Any = None) -> tuple[int, Allocation]:
         stats = self.stats
         with stats.lock:
+            self._prune_retired()
             if stats.allocated + nbytes > self.capacity:
                 stats.num_ooms += 1
                 raise torch.OutOfMemoryError(
@@ -80,19 +81,22 @@ class DeviceMemory:
         alloc = self.table.pop(addr, None)
         if alloc is None:
             return
-        buffer = alloc.buffer
         with self.stats.lock:
             self.stats.allocated -= alloc.nbytes
             self.stats.num_free += 1
-            if buffer is not None and not buffer.is_ready():
-                self._retire(buffer, alloc.nbytes)
+            if alloc.buffer is not None:
+                self._retire(alloc.buffer, alloc.nbytes)
 
     def _retire(self, buffer: Any, nbytes: int) -> None:
         """Keep a dead storage's buffer until it is computed: a result dropped at once (`a @ b`
-        in a loop) may still be in flight, and `synchronize()` must wait for it too. Finished
-        ones are let go every _PRUNE_COUNT buffers or _PRUNE_BYTES bytes."""
+        in a loop) may still be in flight, and `synchronize()` must wait for it too."""
         self.retired.append((buffer, nbytes))
         self._retired_bytes += nbytes
+
+    def _prune_retired(self) -> None:
+        """Let finished retired buffers go, every _PRUNE_COUNT buffers or _PRUNE_BYTES bytes.
+        Called when allocating, never from `free`: that runs in a storage's finalizer, and
+        `is_ready()` called there segfaulted in the OpInfo suite."""
         if len(self.retired) >= _PRUNE_COUNT or self._retired_bytes >= _PRUNE_BYTES:
             self.retired = [(b, n) for b, n in self.retired if not b.is_ready()]
             self._retired_bytes = sum(n for _, n in self.retired)
