@@ -61,7 +61,7 @@ class Executable:
     def run(self, env: dict) -> None:
         call = Call()
         key = [_input_key(env[n], n, call) for n in self.inputs]
-        key.append(call.fresh_key())
+        key.append(tuple(call.fresh))
         key = tuple(key)
         if self.random:
             call.scalars.extend(rng_inputs(self.random))
@@ -70,7 +70,7 @@ class Executable:
             start = time.perf_counter()
             entry = _Entry()
             entry.fn = jax.jit(self._traceable(key, entry))
-            outputs, new_buffers = entry.fn(call.inputs(), call.scalars)  # traces and compiles
+            outputs, new_buffers = entry.fn(call.buffers, call.scalars)  # traces and compiles
             if self.last_key is not None:
                 metrics.recompile(self.name, describe_change(self.inputs, self.last_key, key))
             self.cache[key] = entry
@@ -78,7 +78,7 @@ class Executable:
             metrics.compiled(time.perf_counter() - start)
         else:
             metrics.hit()
-            outputs, new_buffers = entry.fn(call.inputs(), call.scalars)
+            outputs, new_buffers = entry.fn(call.buffers, call.scalars)
         self._finish(entry, call, outputs, new_buffers, env)
 
     def _finish(self, entry: _Entry, call: Call, outputs: list, new_buffers: list, env: dict) -> None:

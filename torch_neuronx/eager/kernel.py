@@ -185,12 +185,6 @@ class Call:
             f"devices, neuron:0 and {t.device}! Move the tensor with .to('neuron') first."
         )
 
-    def fresh_key(self) -> tuple:
-        return tuple(self.fresh)
-
-    def inputs(self) -> list:
-        return self.buffers
-
 
 def _uploaded(t: Any) -> Any:
     if isinstance(t, torch.Tensor) and t.device.type == "cpu" and t.dim() > 0:
@@ -233,7 +227,7 @@ def _untyped(value: Any, like: Any) -> Any:
 
 def load_storages(buffers: list, fresh: tuple) -> list:
     """Inside a trace: each slot's storage buffer, zeros for never-written storages
-    (`fresh` is `Call.fresh_key()`)."""
+    (`fresh` is `tuple(Call.fresh)`)."""
     bufs = iter(buffers)
     return [jnp.zeros(f[0] // f[1].itemsize, jax_dtype(f[1])) if f else next(bufs) for f in fresh]
 
@@ -360,7 +354,7 @@ class Kernel:
                 start = time.perf_counter()
                 entry = _Entry()
                 entry.fn = jax.jit(this._traceable(key, entry))
-                outputs, new_buffers, flags = entry.fn(call.inputs(), call.scalars)
+                outputs, new_buffers, flags = entry.fn(call.buffers, call.scalars)
                 _bounded_insert(this.cache, key, entry)
                 metrics.miss(this.name, time.perf_counter() - start)
             else:
@@ -390,10 +384,10 @@ class Kernel:
         if entry is None:
             entry = _Entry()
             entry.fn = jax.jit(self._traceable(key, entry, sizing=True))
-            outputs, _, _ = entry.fn(call.inputs(), call.scalars)
+            outputs, _, _ = entry.fn(call.buffers, call.scalars)
             _bounded_insert(self.size_cache, key, entry)
         elif entry.tree.num_leaves:
-            outputs, _, _ = entry.fn(call.inputs(), call.scalars)
+            outputs, _, _ = entry.fn(call.buffers, call.scalars)
         else:
             return None
         return jax.tree_util.tree_unflatten(entry.tree, [int(x[0]) for x in jax.device_get(outputs)])

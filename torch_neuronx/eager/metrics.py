@@ -12,10 +12,6 @@ fallbacks: Counter = Counter()
 decompositions: Counter = Counter()
 
 
-def hit(op: str) -> None:
-    hits[op] += 1
-
-
 def miss(op: str, seconds: float) -> None:
     misses[op] += 1
     compile_seconds[op] += seconds

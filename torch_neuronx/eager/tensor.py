@@ -11,7 +11,7 @@ from typing import Any
 import torch
 
 from ..runtime.memory import MEMORY, Allocation
-from .geometry import contiguous_strides
+from .geometry import contiguous_strides, numel
 
 DEVICE = torch.device("neuron", 0)
 _CPU = torch._C.DispatchKeySet(torch._C.DispatchKey.CPU)
@@ -44,10 +44,7 @@ def new_tensor(
     if strides is None:
         strides = contiguous_strides(shape)
     if nbytes is None:
-        count = 1
-        for n in shape:
-            count *= n
-        nbytes = count * dtype.itemsize
+        nbytes = numel(shape) * dtype.itemsize
     return tensor_on_new_storage(shape, dtype, tuple(strides), nbytes, buffer)
 
 
