@@ -1,11 +1,13 @@
-"""Sorting-family ops with data-dependent sizes on neuron against PyTorch CPU
-(torch_neuronx/ops/sorting.py), natively: `unique` and `unique_consecutive`."""
+"""Sorting-family ops on neuron against PyTorch CPU (torch_neuronx/ops/sorting.py), natively:
+`unique` and `unique_consecutive` (data-dependent sizes), and `isin`."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 from opinfo import check_op, fallback_disabled, find
+
+import torch_neuronx
 
 NAN = float("nan")
 
@@ -45,3 +47,27 @@ def test_unique_consecutive_along_dim() -> None:
             got = torch.unique_consecutive(x.to("neuron"), return_inverse=True, return_counts=True, dim=dim)
             for g, w in zip(got, torch.unique_consecutive(x, return_inverse=True, return_counts=True, dim=dim)):
                 assert torch.equal(g.cpu(), w)
+
+
+@pytest.mark.parametrize(
+    "elements, test_elements",
+    [
+        (torch.tensor([1.5, 2.0, NAN, -0.0]), torch.tensor([2, 3, 0])),
+        (torch.tensor([1, 2, 3], dtype=torch.uint8), torch.tensor([257, 3])),
+        (torch.randint(0, 9, (3, 4), generator=torch.Generator().manual_seed(0)), torch.tensor([[1, 4], [7, 7]])),
+        (torch.tensor([1, 2, 3]), 2.0),
+        (2, torch.tensor([1, 2])),
+    ],
+    ids=["nan_and_promotion", "uint8_vs_int64", "2d", "scalar_test", "scalar_element"],
+)
+@pytest.mark.parametrize("invert", [False, True])
+def test_isin(elements, test_elements, invert: bool) -> None:
+    """One native kernel (no decomposition: stopping criteria in `generate` call it per token)."""
+    on_neuron = [x.to("neuron") if isinstance(x, torch.Tensor) else x for x in (elements, test_elements)]
+    before = dict(torch_neuronx.metrics()["decompositions"])
+    with fallback_disabled():
+        got = torch.isin(*on_neuron, invert=invert)
+    want = torch.isin(elements, test_elements, invert=invert)
+    assert got.device.type == "neuron" and got.dtype == want.dtype
+    assert torch.equal(got.cpu(), want)
+    assert torch_neuronx.metrics()["decompositions"] == before

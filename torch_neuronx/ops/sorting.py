@@ -1,4 +1,5 @@
-"""Sorting and selection: sort, topk, kthvalue, median/nanmedian, mode, searchsorted, bucketize.
+"""Sorting and selection: sort, topk, kthvalue, median/nanmedian, mode, searchsorted, bucketize,
+isin.
 
 Everything goes through one stable `lax.sort` whose keys order values as PyTorch does: NaN
 above every number (so it sorts last ascending and first descending), -0.0 equal to 0.0, and
@@ -213,6 +214,14 @@ def bucketize(values: Any, boundaries: Any, out_int32: bool = False, right: bool
             f"neuron: bucketize(): boundaries tensor must be 1 dimension, but got dim({boundaries.ndim})"
         )
     return _search(boundaries, jnp.asarray(values), right, out_int32)
+
+
+@lowering(aten.isin.Tensor_Tensor, aten.isin.Tensor_Scalar, aten.isin.Scalar_Tensor)
+def isin(elements: Any, test_elements: Any, assume_unique: bool = False, invert: bool = False) -> Any:
+    """`torch.isin`: membership by equality after promoting both sides (NaN is in nothing)."""
+    compute, _ = promote(elements, test_elements)
+    found = jnp.isin(cast(elements, compute), cast(test_elements, compute), assume_unique, invert)
+    return jnp.asarray(found)
 
 
 # ---- unique -------------------------------------------------------------------------------
