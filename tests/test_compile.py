@@ -107,6 +107,33 @@ def test_cached_executable_reused() -> None:
     assert s["compiles"] == 1 and s["cache_hits"] == 2 and s["recompiles"] == 0
 
 
+def _broadcast_operands(x: torch.Tensor, t: torch.Tensor, i: torch.Tensor, b: torch.Tensor) -> tuple:
+    """Small values computed in the graph and broadcast by a pointwise op (RoPE's cos/sin
+    table, a norm's rsqrt): the backend writes each to its own buffer once."""
+    rope = x * torch.cos(t).unsqueeze(0) + x.flip(-1) * torch.sin(t).unsqueeze(0)
+    norm = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6)
+    return rope, norm, x * t.neg().unsqueeze(0), i + (i * 3).unsqueeze(0), b & (~b).unsqueeze(0)
+
+
+def test_broadcast_operands_are_computed_once_and_exactly(monkeypatch: pytest.MonkeyPatch) -> None:
+    from torch_neuronx.compile import executable
+
+    built: list = []
+    init = executable.Executable.__init__
+    monkeypatch.setattr(executable.Executable, "__init__", lambda self, *a: (init(self, *a), built.append(self))[0])
+    specials = torch.tensor([0.0, -0.0, float("nan"), float("inf"), -float("inf"), 1e-30, -2.5, 3.0])
+    t = torch.cat([specials, torch.randn(8)]).reshape(2, 8)
+    i = torch.tensor([[torch.iinfo(torch.int64).min, -1, 0, 7]] * 2)
+    b = torch.tensor([[True, False, True, False]] * 2)
+    inputs = (torch.randn(3, 2, 8), t, i, b)
+    got = three_way(lambda d: _broadcast_operands, inputs)
+    want = _broadcast_operands(*inputs)
+    assert torch.equal(got[2].cpu().signbit(), want[2].signbit())  # -(+0.0) stays -0.0
+    (graph,) = built
+    assert {"aten.unsqueeze.default", "aten.rsqrt.default"} <= {str(n.target) for n in graph.materialized}
+    one_executable()
+
+
 def test_views_of_inputs_in_outputs() -> None:
     def fn(x: torch.Tensor) -> tuple:
         return x[1:], x.t(), x.view(-1)[2:5], x * 2

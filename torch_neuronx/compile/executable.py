@@ -26,7 +26,7 @@ from ..eager.kernel import _DYNAMIC_SCALARS, Call, device_keys, load_storages, r
 from ..eager.tensor import new_tensor
 from ..ops._dtypes import jax_dtype, torch_dtype
 from . import counters as metrics
-from .nodes import Rule
+from .nodes import Rule, broadcast_operands
 
 _STATIC = "static"
 
@@ -55,6 +55,7 @@ class Executable:
         self.name = name
         self.nodes, self.rules, self.inputs, self.outputs = nodes, rules, inputs, outputs
         self.random = sum(1 for n in nodes if rules[n].random)
+        self.materialized = broadcast_operands(nodes)
         self.cache: dict[tuple, _Entry] = {}
         self.last_key: tuple | None = None
 
@@ -103,6 +104,8 @@ class Executable:
             slots: list[int] = []
             for node in self.nodes:
                 env[node] = self._apply(node, env, storage, by_node, keys, slots)
+                if node in self.materialized:
+                    env[node] = _computed_once(env[node])
             entry.mutated_slots = slots
             flat, entry.outputs = [], []
             for node in self.outputs:
@@ -155,6 +158,18 @@ class Executable:
         current = env.__getitem__
         results = [next(pending) if i is None else torch.fx.node.map_arg(bound[i], current) for i in kernel.returns]
         return results[0] if len(results) == 1 else tuple(results)
+
+
+def _computed_once(x: Any) -> Any:
+    """`x` itself, written to its own buffer rather than fused into (and recomputed by) each
+    consumer. XLA:CPU drops optimization barriers before fusing, but it never fuses a reduction
+    into the ops that read its result: so `x` is reduced with its identity element."""
+    if not isinstance(x, jax.Array) or jnp.issubdtype(x.dtype, jnp.complexfloating):
+        return x
+    if x.dtype == jnp.bool_:
+        return jnp.stack([x, jnp.zeros_like(x)]).any(0)
+    low = -jnp.inf if jnp.issubdtype(x.dtype, jnp.floating) else jnp.iinfo(x.dtype).min
+    return jax.lax.reduce_max(jnp.stack([x, jnp.full_like(x, low)]), axes=(0,))
 
 
 def _input_key(value: Any, node: Node, call: Call) -> Any:

@@ -59,6 +59,29 @@ def _values(node: Node) -> list[Any]:
     return torch.utils._pytree.tree_leaves(node.meta.get("val"))
 
 
+def broadcast_operands(nodes: list[Node]) -> set[Node]:
+    """Values among `nodes` that a later pointwise node among them broadcasts to a bigger shape.
+
+    XLA fuses a producer into each consumer and recomputes it per OUTPUT element, so a small
+    operand computed in the graph (RoPE's cos/sin table, a norm's rsqrt) would be re-evaluated
+    for every element it is broadcast to. Such values are materialized once instead."""
+    members, found = set(nodes), set()
+    for node in nodes:
+        if not (isinstance(node.target, OpOverload) and torch.Tag.pointwise in node.target.tags):
+            continue
+        size = _numel(node)
+        for arg in tensor_args(node):
+            if arg in members and 1 < _numel(arg) < size:
+                found.add(arg)
+    return found
+
+
+def _numel(node: Node) -> int:
+    value = node.meta.get("val")
+    numel = value.numel() if isinstance(value, torch.Tensor) else 0
+    return numel if isinstance(numel, int) else 0
+
+
 def rule_for(node: Node) -> Rule | str:
     """The node's rule, or the reason it cannot run inside an executable."""
     target = node.target
