@@ -581,3 +581,35 @@ def test_mode_warns_once_and_proceeds() -> None:
 def test_unknown_option_is_rejected() -> None:
     with pytest.raises(Exception, match="unknown option"):
         compiled(lambda t: t + 1, options={"no_such_option": 1})(torch.randn(2, device="neuron"))
+
+
+def test_debug_dir_and_log_level(tmp_path: Any) -> None:
+    """TORCH_NEURONX_DEBUG_DIR collects each FX graph and XLA's dumps (modules named after what
+    they run); TORCH_NEURONX_LOG_LEVEL=INFO reports compiles and recompiles with the reason."""
+    code = (
+        "import torch\n"
+        "f = torch.compile(lambda a: torch.sin(a) * 2, backend='neuron', dynamic=False)\n"
+        "f(torch.ones(3, device='neuron')); f(torch.ones(5, device='neuron'))\n"
+    )
+    env = {
+        **__import__("os").environ,
+        "TORCH_NEURONX_DEBUG_DIR": str(tmp_path),
+        "TORCH_NEURONX_LOG_LEVEL": "info",
+        "TORCH_NEURONX_CACHE_DIR": str(tmp_path / "cache"),
+    }
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert "[torch_neuronx INFO] compiled `inference 0/0` (2 nodes)" in out.stderr
+    assert "recompiled frame 0" in out.stderr and "L_a_: float32[3] -> float32[5]" in out.stderr
+    (run_dir,) = [p for p in tmp_path.iterdir() if p.name != "cache"]
+    graph = (run_dir / "graphs" / "inference_0_0.py").read_text()
+    assert "torch.ops.aten.sin.default" in graph and "f32[3]" in graph
+    assert any("jit_neuron_inference" in p.name for p in (run_dir / "xla").iterdir())
+    assert any("jit_aten_ones_default" in p.name for p in (run_dir / "xla").iterdir())
+
+
+def test_bad_log_level_warns_and_import_still_works() -> None:
+    env = {**__import__("os").environ, "TORCH_NEURONX_LOG_LEVEL": "loud"}
+    code = "import torch; print(torch.ones(2, device='neuron').sum().item())"
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "2.0"
+    assert "TORCH_NEURONX_LOG_LEVEL='LOUD' is not a logging level" in out.stderr

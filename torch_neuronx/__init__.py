@@ -13,6 +13,7 @@ from typing import Any
 import torch  # noqa: F401
 
 from ._register import register
+from .runtime.debug import configure_logging
 
 __version__ = "0.1.0"
 
@@ -36,4 +37,5 @@ def reset_metrics() -> None:
     compiled.reset_metrics()
 
 
+configure_logging()
 register()

@@ -19,6 +19,7 @@ from torch.fx import GraphModule
 from .. import ops
 from ..eager.dispatch import fallback_disabled
 from ..runtime import platform
+from ..runtime.debug import log
 from . import counters as metrics
 from .graph import CompiledGraph
 
@@ -96,7 +97,9 @@ def _note_recompile(gm: GraphModule, example_inputs: list) -> None:
     if len(previous) != len(signature):
         changes.append(f"{len(previous)} -> {len(signature)} graph inputs")
     reason = "; ".join(changes) or "guards failed on something other than input shapes/dtypes (TORCH_LOGS=recompiles)"
-    metrics.recompile(f"frame {compile_id.frame_id} (Dynamo, compile {compile_id})", reason)
+    where = f"frame {compile_id.frame_id} (Dynamo, compile {compile_id})"
+    metrics.recompile(where, reason)
+    log.info("recompiled %s: %s", where, reason)
 
 
 def _describe(x: Any) -> str:

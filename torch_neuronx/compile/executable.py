@@ -25,6 +25,7 @@ from ..eager.geometry import Geometry, contiguous_strides, write
 from ..eager.kernel import _DYNAMIC_SCALARS, Call, device_keys, load_storages, read_tensor, rng_inputs, write_tensor
 from ..eager.tensor import new_tensor
 from ..ops._dtypes import jax_dtype, torch_dtype
+from ..runtime.debug import log, module_name
 from . import counters as metrics
 from .nodes import Rule, broadcast_operands
 
@@ -73,10 +74,14 @@ class Executable:
             entry.fn = jax.jit(self._traceable(key, entry))
             outputs, new_buffers = entry.fn(call.buffers, call.scalars)  # traces and compiles
             if self.last_key is not None:
-                metrics.recompile(self.name, describe_change(self.inputs, self.last_key, key))
+                reason = describe_change(self.inputs, self.last_key, key)
+                metrics.recompile(self.name, reason)
+                log.info("recompiled `%s`: %s", self.name, reason)
             self.cache[key] = entry
             self.last_key = key
-            metrics.compiled(time.perf_counter() - start)
+            seconds = time.perf_counter() - start
+            metrics.compiled(seconds)
+            log.info("compiled `%s` (%d nodes) in %.2f s", self.name, len(self.nodes), seconds)
         else:
             metrics.hit()
             outputs, new_buffers = entry.fn(call.buffers, call.scalars)
@@ -122,6 +127,9 @@ class Executable:
                 entry.outputs.append((tree, specs))
             return flat, [storage[s] for s in slots]
 
+        # The XLA module's name: the graph's kind, not its compile id, so that the same graph
+        # compiled in another order or process still hits the persistent cache.
+        run.__name__ = run.__qualname__ = f"neuron_{module_name(self.name.split()[0])}"
         return run
 
     def _apply(self, node: Node, env: dict, storage: list, by_node: dict, keys: Any, slots: list) -> Any:

@@ -17,6 +17,7 @@ from typing import Any
 import torch
 from torch.fx import GraphModule, Node
 
+from ..runtime.debug import dump_graph
 from . import counters as metrics
 from .executable import Executable, LoweringError
 from .nodes import Rule, is_view, rule_for
@@ -51,6 +52,7 @@ class CompiledGraph:
     def __init__(self, gm: GraphModule, name: str, fallback: bool) -> None:
         self.name, self.fallback = name, fallback
         self._boxed_call = True  # an instance attribute: Dynamo's wrappers copy __dict__
+        dump_graph(name, gm)
         graph_nodes = list(gm.graph.nodes)
         self.placeholders = [n for n in graph_nodes if n.op == "placeholder"]
         self.output = next(n for n in graph_nodes if n.op == "output")

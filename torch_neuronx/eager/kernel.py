@@ -23,6 +23,7 @@ import torch
 
 from ..ops import Lowering, collecting_checks
 from ..ops._dtypes import TO_TORCH, jax_dtype
+from ..runtime.debug import log, module_name
 from ..runtime.memory import MEMORY
 from ..runtime.rng import RNG
 from . import metrics
@@ -274,6 +275,10 @@ def _out_meta(shape: tuple, dtype: torch.dtype) -> tuple:
     return shape, dtype, contiguous_strides(shape), numel(shape) * dtype.itemsize
 
 
+def _signature(call: Call) -> str:
+    return ", ".join(f"{str(t.dtype).removeprefix('torch.')}{list(t.shape)}" for t in call.tensors) or "no tensors"
+
+
 def _bounded_insert(cache: dict, key: tuple, entry: Any) -> None:
     """Add an executable to an op's cache, dropping the op's oldest, then the process's oldest,
     beyond their bounds."""
@@ -356,7 +361,9 @@ class Kernel:
                 entry.fn = jax.jit(this._traceable(key, entry))
                 outputs, new_buffers, flags = entry.fn(call.buffers, call.scalars)
                 _bounded_insert(this.cache, key, entry)
-                metrics.miss(this.name, time.perf_counter() - start)
+                seconds = time.perf_counter() - start
+                metrics.miss(this.name, seconds)
+                log.debug("built %s for %s in %.1f ms", this.name, _signature(call), seconds * 1e3)
             else:
                 _hits[this.name] += 1
                 outputs, new_buffers, flags = entry.fn(call.buffers, call.scalars)
@@ -489,6 +496,7 @@ class Kernel:
             entry.single = not mutated and not self.item_returns and entry.tree.num_nodes == entry.tree.num_leaves == 1
             return [x.reshape(-1) for x in leaves], [storage[s] for s in entry.mutated_slots], flags
 
+        run.__name__ = run.__qualname__ = module_name(self.name)  # names the XLA module (profiles, dumps)
         return run
 
     def mutations(self, result: Any, args: list) -> tuple[list, Any]:

@@ -25,6 +25,9 @@ def cache_dir() -> Path:
 @functools.cache
 def jax() -> ModuleType:
     """Import and configure JAX once: x64 on, the chosen platform, the persistent cache."""
+    from .debug import request_xla_dumps
+
+    request_xla_dumps()  # XLA reads its flags when its backend starts, after this
     import jax as _jax
 
     _jax.config.update("jax_enable_x64", True)
