@@ -102,3 +102,36 @@ def test_synchronize_waits_for_dropped_results():
     torch.neuron.synchronize()
     assert all(buffer.is_ready() for buffer in pending)
     assert MEMORY.retired == []
+
+
+def test_in_place_ops_donate_their_storage_buffer():
+    """An in-place op hands its target's old buffer to XLA to write over (donation): the new
+    values land, work still reading the old values sees them, and storages the schema lets the
+    op write but the lowering leaves alone (`_fused_adamw_`'s grads) stay readable."""
+    from torch_neuronx.runtime.memory import MEMORY
+
+    x = torch.randn(256, 256, device="neuron")
+    original = x.cpu()
+    pending = [x @ x for _ in range(4)]  # queued reads of x's current buffer
+    before = MEMORY.table[x.untyped_storage().data_ptr()].buffer
+    x.add_(1.0)
+    x[3:7].mul_(-2.0)
+    want = original + 1.0
+    want[3:7].mul_(-2.0)
+    assert before.is_deleted()  # donated, not copied
+    assert torch.equal(x.cpu(), want)
+    for p in pending:
+        torch.testing.assert_close(p.cpu(), original @ original, rtol=1e-4, atol=1e-3)
+    params = [torch.randn(8, device="neuron") for _ in range(3)]
+    grads = [torch.randn(8, device="neuron") for _ in range(3)]
+    cpu_params = [p.cpu() for p in params]
+    cpu_grads = [g.cpu() for g in grads]
+    for group, fused in ((params, grads), (cpu_params, cpu_grads)):
+        opt = torch.optim.AdamW(group, lr=0.1, fused=True)
+        for p, g in zip(group, fused):
+            p.grad = g
+        opt.step()
+        opt.step()
+    for p, g, cp, cg in zip(params, grads, cpu_params, cpu_grads):
+        torch.testing.assert_close(p.cpu(), cp)
+        assert torch.equal(g.cpu(), cg)

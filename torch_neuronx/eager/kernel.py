@@ -275,6 +275,52 @@ def _out_meta(shape: tuple, dtype: torch.dtype) -> tuple:
     return shape, dtype, contiguous_strides(shape), numel(shape) * dtype.itemsize
 
 
+def jitted(run: Callable, donated: list[int]) -> Callable:
+    """`run(buffers, scalars)` as one executable that may overwrite the buffers at `donated`
+    (storages the call writes, whose old contents die with it) instead of allocating new ones."""
+    if not donated:
+        return jax.jit(run)
+    donated_set = set(donated)
+
+    def split(given: list, kept: list, scalars: list) -> Any:
+        total = len(given) + len(kept)
+        given, kept = iter(given), iter(kept)
+        return run([next(given) if i in donated_set else next(kept) for i in range(total)], scalars)
+
+    split.__name__ = split.__qualname__ = run.__name__
+    executable = jax.jit(split, donate_argnums=0)
+
+    def call(buffers: list, scalars: list) -> Any:
+        return executable(
+            [b for i, b in enumerate(buffers) if i in donated_set],
+            [b for i, b in enumerate(buffers) if i not in donated_set],
+            scalars,
+        )
+
+    return call
+
+
+def written_slots(arg_keys: Any) -> list[int]:
+    """The storage slots behind `arg_keys` (the `Call.tensor` keys, or tuples of them, of the
+    arguments a call may write), in slot order."""
+    slots = set()
+    for k in arg_keys:
+        for t in (k,) if _is_tensor_key(k) else k if isinstance(k, tuple) else ():
+            if _is_tensor_key(t):
+                slots.add(t[0])
+    return sorted(slots)
+
+
+def buffer_positions(slots: list[int], fresh: tuple) -> list[int]:
+    """Where the buffers of `slots` sit in `Call.buffers` (never-written storages have none)."""
+    held = [slot for slot, f in enumerate(fresh) if f is None]
+    return [i for i, slot in enumerate(held) if slot in slots]
+
+
+def _is_tensor_key(k: Any) -> bool:
+    return isinstance(k, tuple) and len(k) == 6 and isinstance(k[0], int)
+
+
 def _signature(call: Call) -> str:
     return ", ".join(f"{str(t.dtype).removeprefix('torch.')}{list(t.shape)}" for t in call.tensors) or "no tensors"
 
@@ -358,7 +404,8 @@ class Kernel:
             if entry is None:
                 start = time.perf_counter()
                 entry = _Entry()
-                entry.fn = jax.jit(this._traceable(key, entry))
+                donated = buffer_positions(this._writable(key), key[len(this.kinds)])
+                entry.fn = jitted(this._traceable(key, entry), donated)
                 outputs, new_buffers, flags = entry.fn(call.buffers, call.scalars)
                 _bounded_insert(this.cache, key, entry)
                 seconds = time.perf_counter() - start
@@ -490,6 +537,10 @@ class Kernel:
             flags = jnp.stack([flag for flag, _, _ in checks]) if checks else None
             if mutated:
                 result = self._write_back(result, arg_keys, storage, entry)
+                # a writable storage the lowering left alone still gets a (same) new buffer:
+                # its old one was donated to this call
+                unwritten = [s for s in self._writable(key) if fresh[s] is None and s not in entry.mutated_slots]
+                entry.mutated_slots += unwritten
             leaves, entry.tree = jax.tree_util.tree_flatten(result)
             leaves = [jnp.asarray(x) for x in leaves]
             entry.out_meta = [_out_meta(tuple(x.shape), TO_TORCH[np.dtype(x.dtype)]) for x in leaves]
@@ -515,6 +566,10 @@ class Kernel:
             vals = value if self.kinds[index] == TENSOR_LIST else (value,)
             pairs.extend((t, v) for t, v in zip(targets, vals) if t is not None and v is not None)
         return pairs, fresh_results
+
+    def _writable(self, key: tuple) -> list[int]:
+        """Slots of the storages the schema lets this call write: their buffers are donated."""
+        return written_slots([key[i] for i in self.mutated])
 
     def _write_back(self, result: Any, arg_keys: tuple, storage: list, entry: Any) -> Any:
         """Scatter new values of mutated args into their storages; return fresh results."""

@@ -146,6 +146,8 @@ def resize_storage(storage: torch.UntypedStorage, nbytes: int) -> None:
         buffer = old.buffer[:count]
         if buffer.shape[0] < count:
             buffer = _grow(buffer, count)
+        if buffer is old.buffer:  # a full-length slice is the array itself: move it, never share it
+            old.buffer = None  # (the new storage's in-place ops donate it)
     fresh = new_tensor([count if buffer is not None else 0], dtype, buffer, nbytes=nbytes).untyped_storage()
     if storage.nbytes() and nbytes:
         # PyTorch swaps data pointers only when one side is empty: go through an empty storage.

@@ -98,14 +98,15 @@ class DeviceMemory:
         Called when allocating, never from `free`: that runs in a storage's finalizer, and
         `is_ready()` called there segfaulted in the OpInfo suite."""
         if len(self.retired) >= _PRUNE_COUNT or self._retired_bytes >= _PRUNE_BYTES:
-            self.retired = [(b, n) for b, n in self.retired if not b.is_ready()]
+            self.retired = [(b, n) for b, n in self.retired if not (b.is_deleted() or b.is_ready())]
             self._retired_bytes = sum(n for _, n in self.retired)
 
     def in_flight(self) -> list:
         """Buffers whose work may still be running: live storages' and retired ones."""
         with self.stats.lock:
             retired, self.retired, self._retired_bytes = self.retired, [], 0
-        return [a.buffer for a in list(self.table.values()) if a.buffer is not None] + [b for b, _ in retired]
+        live = [a.buffer for a in list(self.table.values()) if a.buffer is not None]
+        return [b for b in live + [b for b, _ in retired] if not b.is_deleted()]
 
     def reset_peak(self) -> None:
         with self.stats.lock:
