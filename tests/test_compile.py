@@ -350,6 +350,23 @@ def test_index_copy_into_static_cache_is_one_executable() -> None:
     one_executable()
 
 
+def test_static_cache_update_writes_in_place() -> None:
+    """The cache (a mutated graph input) is donated to the executable: each decode step updates
+    it where it is instead of copying the whole cache into fresh memory; the second step keeps
+    the first step's write."""
+    from torch_neuronx.runtime.memory import MEMORY
+
+    cache, cpu = torch.zeros(2, 8, 4, device="neuron"), torch.zeros(2, 8, 4)
+    step = compiled(_write_cache)
+    for position in (1, 5):
+        old = MEMORY.table[cache.untyped_storage().data_ptr()].buffer
+        value = torch.full((2, 1, 4), float(position))
+        step(cache, torch.tensor([position], device="neuron"), value.to("neuron"))
+        _write_cache(cpu, torch.tensor([position]), value)
+        assert old.is_deleted()
+    assert torch.equal(cache.cpu(), cpu)
+
+
 # ---- randomness -------------------------------------------------------------------------------
 
 

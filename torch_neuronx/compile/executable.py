@@ -22,7 +22,18 @@ from torch.fx import Node
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from ..eager.geometry import Geometry, contiguous_strides, write
-from ..eager.kernel import _DYNAMIC_SCALARS, Call, device_keys, load_storages, read_tensor, rng_inputs, write_tensor
+from ..eager.kernel import (
+    _DYNAMIC_SCALARS,
+    Call,
+    buffer_positions,
+    device_keys,
+    jitted,
+    load_storages,
+    read_tensor,
+    rng_inputs,
+    write_tensor,
+    written_slots,
+)
 from ..eager.tensor import new_tensor
 from ..ops._dtypes import jax_dtype, torch_dtype
 from ..runtime.debug import log, module_name
@@ -57,6 +68,7 @@ class Executable:
         self.nodes, self.rules, self.inputs, self.outputs = nodes, rules, inputs, outputs
         self.random = sum(1 for n in nodes if rules[n].random)
         self.materialized = broadcast_operands(nodes)
+        self.written = [n for n in inputs if n in _mutation_targets(nodes, rules)]  # inputs the graph writes
         self.cache: dict[tuple, _Entry] = {}
         self.last_key: tuple | None = None
 
@@ -71,7 +83,8 @@ class Executable:
         if entry is None:
             start = time.perf_counter()
             entry = _Entry()
-            entry.fn = jax.jit(self._traceable(key, entry))
+            writable = written_slots([k for n, k in zip(self.inputs, key) if n in self.written])
+            entry.fn = jitted(self._traceable(key, entry, writable), buffer_positions(writable, key[-1]))
             outputs, new_buffers = entry.fn(call.buffers, call.scalars)  # traces and compiles
             if self.last_key is not None:
                 reason = describe_change(self.inputs, self.last_key, key)
@@ -97,7 +110,7 @@ class Executable:
 
     # ---- tracing --------------------------------------------------------------------------
 
-    def _traceable(self, key: tuple, entry: _Entry) -> Callable:
+    def _traceable(self, key: tuple, entry: _Entry, writable: list[int]) -> Callable:
         fresh, input_keys = key[-1], key[:-1]
         by_node = dict(zip(self.inputs, input_keys))
 
@@ -111,6 +124,9 @@ class Executable:
                 env[node] = self._apply(node, env, storage, by_node, keys, slots)
                 if node in self.materialized:
                     env[node] = _computed_once(env[node])
+            # an input storage the graph may write gets a new buffer even where this trace left
+            # it alone: its old buffer was donated to the call
+            slots += [s for s in writable if fresh[s] is None and s not in slots]
             entry.mutated_slots = slots
             flat, entry.outputs = [], []
             for node in self.outputs:
@@ -178,6 +194,18 @@ def _computed_once(x: Any) -> Any:
         return jnp.stack([x, jnp.zeros_like(x)]).any(0)
     low = -jnp.inf if jnp.issubdtype(x.dtype, jnp.floating) else jnp.iinfo(x.dtype).min
     return jax.lax.reduce_max(jnp.stack([x, jnp.full_like(x, low)]), axes=(0,))
+
+
+def _mutation_targets(nodes: list[Node], rules: dict) -> set[Node]:
+    """The nodes that mutating nodes write (their old buffers are donated to the executable)."""
+    targets: set[Node] = set()
+    for node in nodes:
+        kernel = rules[node].kernel
+        if rules[node].mutated and kernel is not None:
+            bound = kernel.bind(node.args, node.kwargs)
+            for i in kernel.mutated:
+                torch.fx.node.map_arg(bound[i], targets.add)
+    return targets
 
 
 def _input_key(value: Any, node: Node, call: Call) -> Any:
