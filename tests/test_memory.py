@@ -135,3 +135,28 @@ def test_in_place_ops_donate_their_storage_buffer():
     for p, g, cp, cg in zip(params, grads, cpu_params, cpu_grads):
         torch.testing.assert_close(p.cpu(), cp)
         assert torch.equal(g.cpu(), cg)
+
+
+def test_freed_memory_is_kept_for_reuse_until_empty_cache():
+    """On the CPU platform device memory is the host heap: freed blocks stay for reuse (no page
+    faults on the next executable's outputs) and `torch.neuron.empty_cache()` returns them."""
+    code = """
+import gc, torch
+from torch_neuronx.runtime import host_heap
+def rss():
+    return int(open("/proc/self/statm").read().split()[1]) * 4096 // 2**20
+x = [torch.randn(1024, 1024, device="neuron") for _ in range(64)]  # 256 MiB
+torch.neuron.synchronize()
+del x
+gc.collect()
+kept = rss()
+torch.neuron.empty_cache()
+print(host_heap.retain_freed_blocks(), kept - rss())
+"""
+    env = {**os.environ, "TORCH_NEURONX_RETAIN_HOST_MEMORY": "1"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    retained, released = out.stdout.split()
+    assert retained == "True" and int(released) > 128, out.stdout
+    env["TORCH_NEURONX_RETAIN_HOST_MEMORY"] = "0"
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.split()[0] == "False"

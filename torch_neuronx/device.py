@@ -208,4 +208,11 @@ def memory_stats(device: Any = None) -> dict[str, int]:
 
 
 def empty_cache() -> None:
-    """Storages release their buffers when they die; there is no cache to empty."""
+    """Return freed device memory to the system. Live tensors' buffers are never cached, but
+    on the CPU platform device memory is the host heap, which keeps freed blocks for reuse;
+    dead tensors' buffers still being computed are waited for first."""
+    synchronize()
+    if platform.platform_name() == "cpu":
+        from .runtime.host_heap import release_freed_blocks
+
+        release_freed_blocks()

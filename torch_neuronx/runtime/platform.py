@@ -35,6 +35,10 @@ def jax() -> ModuleType:
     _jax.config.update("jax_compilation_cache_dir", str(cache_dir()))
     _jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
     _jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+    if platform_name() == "cpu":
+        from .host_heap import retain_freed_blocks
+
+        retain_freed_blocks()
     return _jax
 
 
