@@ -84,7 +84,8 @@ class Executable:
             start = time.perf_counter()
             entry = _Entry()
             writable = written_slots([k for n, k in zip(self.inputs, key) if n in self.written])
-            entry.fn = jitted(self._traceable(key, entry, writable), buffer_positions(writable, key[-1]))
+            donated = buffer_positions(writable, key[-1])
+            entry.fn = jitted(self._traceable(key, entry, writable), donated, len(call.buffers))
             outputs, new_buffers = entry.fn(call.buffers, call.scalars)  # traces and compiles
             if self.last_key is not None:
                 reason = describe_change(self.inputs, self.last_key, key)

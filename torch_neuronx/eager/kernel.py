@@ -275,27 +275,27 @@ def _out_meta(shape: tuple, dtype: torch.dtype) -> tuple:
     return shape, dtype, contiguous_strides(shape), numel(shape) * dtype.itemsize
 
 
-def jitted(run: Callable, donated: list[int]) -> Callable:
-    """`run(buffers, scalars)` as one executable that may overwrite the buffers at `donated`
-    (storages the call writes, whose old contents die with it) instead of allocating new ones."""
+def jitted(run: Callable, donated: list[int], count: int) -> Callable:
+    """`run(buffers, scalars)` (`count` buffers) as one executable that may overwrite the buffers
+    at `donated` (storages the call writes, whose old contents die with it) instead of
+    allocating new ones."""
     if not donated:
         return jax.jit(run)
-    donated_set = set(donated)
+    kept = [i for i in range(count) if i not in donated]
 
-    def split(given: list, kept: list, scalars: list) -> Any:
-        total = len(given) + len(kept)
-        given, kept = iter(given), iter(kept)
-        return run([next(given) if i in donated_set else next(kept) for i in range(total)], scalars)
+    def split(given: list, others: list, scalars: list) -> Any:
+        buffers = [None] * (len(given) + len(others))
+        for i, b in zip(donated, given):
+            buffers[i] = b
+        for i, b in zip(kept, others):
+            buffers[i] = b
+        return run(buffers, scalars)
 
     split.__name__ = split.__qualname__ = run.__name__
     executable = jax.jit(split, donate_argnums=0)
 
     def call(buffers: list, scalars: list) -> Any:
-        return executable(
-            [b for i, b in enumerate(buffers) if i in donated_set],
-            [b for i, b in enumerate(buffers) if i not in donated_set],
-            scalars,
-        )
+        return executable([buffers[i] for i in donated], [buffers[i] for i in kept], scalars)
 
     return call
 
@@ -405,7 +405,7 @@ class Kernel:
                 start = time.perf_counter()
                 entry = _Entry()
                 donated = buffer_positions(this._writable(key), key[len(this.kinds)])
-                entry.fn = jitted(this._traceable(key, entry), donated)
+                entry.fn = jitted(this._traceable(key, entry), donated, len(call.buffers))
                 outputs, new_buffers, flags = entry.fn(call.buffers, call.scalars)
                 _bounded_insert(this.cache, key, entry)
                 seconds = time.perf_counter() - start
