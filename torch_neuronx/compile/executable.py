@@ -27,6 +27,7 @@ from ..eager.kernel import (
     Call,
     buffer_positions,
     device_keys,
+    is_tensor_key,
     jitted,
     load_storages,
     read_tensor,
@@ -301,7 +302,7 @@ def describe_change(names: list[Node], old: tuple, new: tuple) -> str:
     for node, a, b in zip(names, old, new):
         if a == b:
             continue
-        if _is_tensor_key(a) and _is_tensor_key(b):
+        if is_tensor_key(a) and is_tensor_key(b):
             if a[1] != b[1]:
                 return f"input `{node.name}`: dtype {a[1]} -> {b[1]}"
             if tuple(a[2]) != tuple(b[2]):
@@ -315,12 +316,8 @@ def describe_change(names: list[Node], old: tuple, new: tuple) -> str:
     return "an input storage changed between never-written and written"
 
 
-def _is_tensor_key(k: Any) -> bool:
-    return isinstance(k, tuple) and len(k) == 6 and isinstance(k[0], int)
-
-
 def _words(k: Any) -> str:
-    if _is_tensor_key(k):
+    if is_tensor_key(k):
         return f"tensor {k[1]}{list(k[2])}"
     if isinstance(k, type):
         return k.__name__

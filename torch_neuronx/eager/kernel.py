@@ -305,8 +305,8 @@ def written_slots(arg_keys: Any) -> list[int]:
     arguments a call may write), in slot order."""
     slots = set()
     for k in arg_keys:
-        for t in (k,) if _is_tensor_key(k) else k if isinstance(k, tuple) else ():
-            if _is_tensor_key(t):
+        for t in (k,) if is_tensor_key(k) else k if isinstance(k, tuple) else ():
+            if is_tensor_key(t):
                 slots.add(t[0])
     return sorted(slots)
 
@@ -317,7 +317,8 @@ def buffer_positions(slots: list[int], fresh: tuple) -> list[int]:
     return [i for i, slot in enumerate(held) if slot in slots]
 
 
-def _is_tensor_key(k: Any) -> bool:
+def is_tensor_key(k: Any) -> bool:
+    """Whether a key part is a `Call.tensor` key (slot, dtype, shape, strides, offset, bits)."""
     return isinstance(k, tuple) and len(k) == 6 and isinstance(k[0], int)
 
 
