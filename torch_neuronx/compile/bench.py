@@ -30,11 +30,24 @@ LLAMA = dict(
 )
 
 
-def tiny_llama(device: str) -> torch.nn.Module:
+# A mid-size Llama (58M parameters) where the model's work, not the per-token overhead, dominates.
+MID_LLAMA = dict(
+    LLAMA,
+    hidden_size=512,
+    intermediate_size=1408,
+    num_hidden_layers=8,
+    num_attention_heads=8,
+    num_key_value_heads=8,
+    vocab_size=32000,
+    max_position_embeddings=512,
+)
+
+
+def tiny_llama(device: str, config: dict | None = None) -> torch.nn.Module:
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(0)
-    return LlamaForCausalLM(LlamaConfig(**LLAMA)).to(device)
+    return LlamaForCausalLM(LlamaConfig(**(config or LLAMA))).to(device)
 
 
 def _sync(device: str) -> None:
@@ -83,7 +96,7 @@ def _generate_tokens_per_s(model: torch.nn.Module, tokens: int, **kwargs: Any) -
 def decode(tokens: int = 32) -> dict[str, Any]:
     """Static-cache greedy decoding on neuron (generate compiles the decode step with the
     neuron backend): tokens/s of the whole generate loop and of the compiled step alone, next
-    to PyTorch CPU eager generate (dynamic cache)."""
+    to PyTorch CPU eager generate (dynamic cache); and both generate loops for MID_LLAMA."""
     import torch_neuronx
 
     torch._dynamo.reset()
@@ -93,11 +106,16 @@ def decode(tokens: int = 32) -> dict[str, Any]:
     neuron = _generate_tokens_per_s(model, tokens, cache_implementation="static", max_cache_len=64)
     after = torch_neuronx.compile.metrics()
     step = _compiled_step_seconds(model)
+    mid_cpu = _generate_tokens_per_s(tiny_llama("cpu", MID_LLAMA).eval(), tokens)
+    mid = tiny_llama("neuron", MID_LLAMA).eval()
+    mid_neuron = _generate_tokens_per_s(mid, tokens, cache_implementation="static", max_cache_len=64)
     return {
         "cpu_eager_tokens_per_s": cpu,
         "generate_tokens_per_s": neuron,
         "compiled_step_tokens_per_s": 1 / step,
         "compiles_in_warmup_and_run": after["compiles"] - before["compiles"],
+        "mid_cpu_eager_tokens_per_s": mid_cpu,
+        "mid_generate_tokens_per_s": mid_neuron,
     }
 
 
@@ -195,6 +213,10 @@ def format_results(results: dict[str, Any]) -> str:
         f"greedy decode tokens/s: CPU eager generate {d['cpu_eager_tokens_per_s']:.1f}; neuron static-cache "
         f"generate {d['generate_tokens_per_s']:.1f}, its compiled step alone {d['compiled_step_tokens_per_s']:.1f} "
         f"({d['compiles_in_warmup_and_run']} graph compiles for warm-up and run)"
+    )
+    lines.append(
+        f"  58M-parameter Llama: CPU eager generate {d['mid_cpu_eager_tokens_per_s']:.1f}; neuron static-cache "
+        f"generate {d['mid_generate_tokens_per_s']:.1f}"
     )
     p = results["persistent_cache"]
     lines.append("first compiled result in a new process (cold -> warm persistent cache, seconds):")
