@@ -21,7 +21,7 @@ import torch
 from torch.fx import Node
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
-from ..eager.geometry import Geometry, contiguous_strides, write
+from ..eager.geometry import Geometry, contiguous_strides, numel, write
 from ..eager.kernel import (
     _DYNAMIC_SCALARS,
     Call,
@@ -35,7 +35,7 @@ from ..eager.kernel import (
     write_tensor,
     written_slots,
 )
-from ..eager.tensor import new_tensor
+from ..eager.tensor import tensor_on_new_storage
 from ..ops._dtypes import jax_dtype, torch_dtype
 from ..runtime.debug import log, module_name
 from . import counters as metrics
@@ -107,7 +107,7 @@ class Executable:
             call.allocs[slot].buffer = buf
         buffers = iter(outputs)
         for node, (tree, specs) in zip(self.outputs, entry.outputs):
-            leaves = [spec[1] if spec[0] == _STATIC else _tensor(spec, next(buffers)) for spec in specs]
+            leaves = [spec[1] if spec[0] == _STATIC else tensor_on_new_storage(*spec, next(buffers)) for spec in specs]
             env[node] = tree_unflatten(leaves, tree)
 
     # ---- tracing --------------------------------------------------------------------------
@@ -256,20 +256,16 @@ def _check(node: Node, value: Any) -> None:
 
 
 def _materialize(value: Any, fake: Any) -> tuple[Any, tuple]:
-    """The output's storage buffer and `new_tensor` arguments, laid out as the meta strides say."""
+    """The output's storage buffer and `tensor_on_new_storage`'s leading arguments (computed
+    once per executable), laid out as the meta strides say."""
     shape = tuple(value.shape)
     dtype = torch_dtype(value)
     strides = output_strides(fake, shape)
     if strides == contiguous_strides(shape):
-        return value.reshape(-1), (shape, dtype, None, None)
+        return value.reshape(-1), (shape, dtype, strides, numel(shape) * dtype.itemsize)
     count = 0 if 0 in shape else 1 + sum((n - 1) * s for n, s in zip(shape, strides))
     buf = write(jnp.zeros(count, value.dtype), Geometry(shape, strides, 0), value)
     return buf, (shape, dtype, strides, count * dtype.itemsize)
-
-
-def _tensor(spec: tuple, buffer: Any) -> torch.Tensor:
-    shape, dtype, strides, nbytes = spec
-    return new_tensor(shape, dtype, buffer, strides, nbytes)
 
 
 def output_strides(fake: Any, shape: tuple) -> tuple:
