@@ -3,6 +3,7 @@ streams, recompiles, fallback execution and options."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import warnings
@@ -609,7 +610,7 @@ def test_debug_dir_and_log_level(tmp_path: Any) -> None:
         "f(torch.ones(3, device='neuron')); f(torch.ones(5, device='neuron'))\n"
     )
     env = {
-        **__import__("os").environ,
+        **os.environ,
         "TORCH_NEURONX_DEBUG_DIR": str(tmp_path),
         "TORCH_NEURONX_LOG_LEVEL": "info",
         "TORCH_NEURONX_CACHE_DIR": str(tmp_path / "cache"),
@@ -625,7 +626,7 @@ def test_debug_dir_and_log_level(tmp_path: Any) -> None:
 
 
 def test_bad_log_level_warns_and_import_still_works() -> None:
-    env = {**__import__("os").environ, "TORCH_NEURONX_LOG_LEVEL": "loud"}
+    env = {**os.environ, "TORCH_NEURONX_LOG_LEVEL": "loud"}
     code = "import torch; print(torch.ones(2, device='neuron').sum().item())"
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "2.0"
