@@ -32,7 +32,6 @@ LLAMA = dict(
 
 # A mid-size Llama (58M parameters) where the model's work, not the per-token overhead, dominates.
 MID_LLAMA = dict(
-    LLAMA,
     hidden_size=512,
     intermediate_size=1408,
     num_hidden_layers=8,
@@ -160,10 +159,8 @@ def persistent_cache() -> dict[str, Any]:
         runs = []
         for _ in ("cold", "warm"):
             start = time.perf_counter()
-            out = subprocess.run([sys.executable, "-c", _FIRST_RESULT], env=env, capture_output=True, text=True)
-            if out.returncode:
-                raise RuntimeError(out.stderr[-2000:])
-            runs.append((time.perf_counter() - start, *json.loads(out.stdout.strip().splitlines()[-1])))
+            printed = _python_json(_FIRST_RESULT, env)
+            runs.append((time.perf_counter() - start, *printed))
     result: dict[str, Any] = {}
     for name, (total, after_imports, graph_s, eager_s) in zip(("cold", "warm"), runs):
         result[name] = {
@@ -183,7 +180,12 @@ def train_step_in_new_process(device: str, backend: str | None, steps: int) -> d
         "import json; from torch_neuronx.compile.bench import train_step; "
         f"print(json.dumps(train_step({device!r}, {backend!r}, {steps})))"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    return _python_json(code)
+
+
+def _python_json(code: str, env: dict | None = None) -> Any:
+    """Run `code` in a fresh Python; the JSON value its last printed line holds."""
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     if out.returncode:
         raise RuntimeError(out.stderr[-2000:])
     return json.loads(out.stdout.strip().splitlines()[-1])

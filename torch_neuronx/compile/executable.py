@@ -32,6 +32,7 @@ from ..eager.kernel import (
     load_storages,
     read_tensor,
     rng_inputs,
+    with_donated,
     write_tensor,
     written_slots,
 )
@@ -69,7 +70,8 @@ class Executable:
         self.nodes, self.rules, self.inputs, self.outputs = nodes, rules, inputs, outputs
         self.random = sum(1 for n in nodes if rules[n].random)
         self.materialized = broadcast_operands(nodes)
-        self.written = [n for n in inputs if n in _mutation_targets(nodes, rules)]  # inputs the graph writes
+        targets = _mutation_targets(nodes, rules)
+        self.written = [n for n in inputs if n in targets]  # inputs the graph writes
         self.cache: dict[tuple, _Entry] = {}
         self.last_key: tuple | None = None
 
@@ -126,10 +128,7 @@ class Executable:
                 env[node] = self._apply(node, env, storage, by_node, keys, slots)
                 if node in self.materialized:
                     env[node] = _computed_once(env[node])
-            # an input storage the graph may write gets a new buffer even where this trace left
-            # it alone: its old buffer was donated to the call
-            slots += [s for s in writable if fresh[s] is None and s not in slots]
-            entry.mutated_slots = slots
+            entry.mutated_slots = slots = with_donated(slots, writable, fresh)
             flat, entry.outputs = [], []
             for node in self.outputs:
                 leaves, tree = tree_flatten(env[node])

@@ -11,6 +11,7 @@ their storages' buffers (DESIGN 3).
 
 from __future__ import annotations
 
+import logging
 import time
 from collections import OrderedDict
 from collections.abc import Callable
@@ -311,6 +312,12 @@ def written_slots(arg_keys: Any) -> list[int]:
     return sorted(slots)
 
 
+def with_donated(written: list[int], writable: list[int], fresh: tuple) -> list[int]:
+    """The slots a trace writes, plus every writable slot holding a buffer that it left alone:
+    that buffer was donated to the call, so the storage gets it back (unchanged) as new."""
+    return written + [s for s in writable if fresh[s] is None and s not in written]
+
+
 def buffer_positions(slots: list[int], fresh: tuple) -> list[int]:
     """Where the buffers of `slots` sit in `Call.buffers` (never-written storages have none)."""
     held = [slot for slot, f in enumerate(fresh) if f is None]
@@ -405,13 +412,15 @@ class Kernel:
             if entry is None:
                 start = time.perf_counter()
                 entry = _Entry()
-                donated = buffer_positions(this._writable(key), key[len(this.kinds)])
-                entry.fn = jitted(this._traceable(key, entry), donated, len(call.buffers))
+                writable = written_slots([key[i] for i in this.mutated])
+                donated = buffer_positions(writable, key[len(this.kinds)])
+                entry.fn = jitted(this._traceable(key, entry, writable), donated, len(call.buffers))
                 outputs, new_buffers, flags = entry.fn(call.buffers, call.scalars)
                 _bounded_insert(this.cache, key, entry)
                 seconds = time.perf_counter() - start
                 metrics.miss(this.name, seconds)
-                log.debug("built %s for %s in %.1f ms", this.name, _signature(call), seconds * 1e3)
+                if log.isEnabledFor(logging.DEBUG):
+                    log.debug("built %s for %s in %.1f ms", this.name, _signature(call), seconds * 1e3)
             else:
                 _hits[this.name] += 1
                 outputs, new_buffers, flags = entry.fn(call.buffers, call.scalars)
@@ -487,7 +496,7 @@ class Kernel:
         results = [next(pending) if source is None else values[source] for source in self.returns]
         return results[0] if len(results) == 1 else tuple(results)
 
-    def _traceable(self, key: tuple, entry: Any, sizing: bool = False) -> Callable:
+    def _traceable(self, key: tuple, entry: Any, writable: list[int] = (), sizing: bool = False) -> Callable:
         kinds, lowering = self.kinds, self.lowering
         mutated = self.mutated if not sizing else []
         arg_keys = key[: len(kinds)]
@@ -538,10 +547,7 @@ class Kernel:
             flags = jnp.stack([flag for flag, _, _ in checks]) if checks else None
             if mutated:
                 result = self._write_back(result, arg_keys, storage, entry)
-                # a writable storage the lowering left alone still gets a (same) new buffer:
-                # its old one was donated to this call
-                unwritten = [s for s in self._writable(key) if fresh[s] is None and s not in entry.mutated_slots]
-                entry.mutated_slots += unwritten
+                entry.mutated_slots = with_donated(entry.mutated_slots, writable, fresh)
             leaves, entry.tree = jax.tree_util.tree_flatten(result)
             leaves = [jnp.asarray(x) for x in leaves]
             entry.out_meta = [_out_meta(tuple(x.shape), TO_TORCH[np.dtype(x.dtype)]) for x in leaves]
@@ -567,10 +573,6 @@ class Kernel:
             vals = value if self.kinds[index] == TENSOR_LIST else (value,)
             pairs.extend((t, v) for t, v in zip(targets, vals) if t is not None and v is not None)
         return pairs, fresh_results
-
-    def _writable(self, key: tuple) -> list[int]:
-        """Slots of the storages the schema lets this call write: their buffers are donated."""
-        return written_slots([key[i] for i in self.mutated])
 
     def _write_back(self, result: Any, arg_keys: tuple, storage: list, entry: Any) -> Any:
         """Scatter new values of mutated args into their storages; return fresh results."""
