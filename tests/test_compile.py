@@ -161,6 +161,43 @@ def test_view_output_of_an_intermediate_shares_its_base() -> None:
     assert yt.abs().sum().item() == 0
 
 
+def test_output_views_are_made_on_their_root_without_dispatch(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Views among the outputs (here the backward's weight grads, permutes of permutes of `mm`s)
+    are made on their root's storage from the traced geometry; none goes back through the
+    dispatcher. A root whose strides differ from the trace's gets the view replayed instead."""
+    from torch_neuronx.compile import graph
+
+    replayed: list[str] = []
+    run_eagerly = graph._run_eagerly
+    replay = lambda node, env: (replayed.append(str(node.target)), run_eagerly(node, env))  # noqa: E731
+    monkeypatch.setattr(graph, "_run_eagerly", replay)
+    graphs: list = []
+    init = graph.CompiledGraph.__init__
+    monkeypatch.setattr(graph.CompiledGraph, "__init__", lambda self, *a: (init(self, *a), graphs.append(self))[0])
+
+    def make(device: str) -> Any:
+        torch.manual_seed(0)
+        return torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 3)).to(device)
+
+    x = torch.randn(5, 4)
+    cpu, neuron = make("cpu"), make("neuron")
+    step = compiled(neuron)
+    for _ in range(2):
+        step(x.to("neuron")).square().sum().backward()
+        cpu(x).square().sum().backward()
+    assert_same([p.grad for p in cpu.parameters()], [p.grad for p in neuron.parameters()])
+    backward = graphs[-1]
+    assert all(plan is not None for _, plan in backward.aliases) and backward.aliases and not replayed
+
+    node, plan = next((n, p) for n, p in backward.aliases if len(p[1]) == 2)
+    root = plan[0]
+    rows, cols = root.meta["val"].shape
+    env = {root: torch.randn(cols, rows, device="neuron").t()}  # column-major: the trace had it row-major
+    graph._make_view(node, plan, env, backward.tail)
+    assert len(replayed) == 2 and env[node].untyped_storage().data_ptr() == env[root].untyped_storage().data_ptr()
+    assert_same(env[root].cpu(), env[node])  # a permute of a permute
+
+
 # ---- numerics: models (graph splits until their ops land) -----------------------------------
 
 

@@ -5,7 +5,9 @@ a device transfer, a lowering that failed to trace) either makes compilation fai
 error naming it, or, with `fallback_execution`, runs eagerly on neuron between compiled
 regions: the graph is split at such nodes and each maximal run of lowerable nodes is one
 executable. Graph outputs that are views are replayed eagerly (metadata only) on the real
-tensor they view, so they alias inputs and each other exactly as in eager.
+tensor they view, so they alias inputs and each other exactly as in eager. Where tracing fixed
+their geometry, they are made directly on that tensor's storage (as inductor's
+`reinterpret_tensor` does), without a trip through the dispatcher.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from .executable import Executable, LoweringError
 from .nodes import Rule, is_view, rule_for
 
 _warned: set[str] = set()
+_reinterpret = torch._C._dynamo.guards._reinterpret_tensor
 
 
 class NeuronCompileError(RuntimeError):
@@ -60,6 +63,7 @@ class CompiledGraph:
         self.body = [n for n in graph_nodes if n.op == "call_function"]
         self.rules: dict[Node, Rule | str] = {n: rule_for(n) for n in self.body}
         self.tail = self._output_views()
+        self.aliases = _alias_plans(self.tail, set(self.output.all_input_nodes))
         self.eager: set[Node] = set()
         missing = [n for n in self.body if isinstance(self.rules[n], str)]
         if missing and not fallback:
@@ -91,8 +95,8 @@ class CompiledGraph:
                 env.pop(node, None)  # free device memory as soon as nothing later reads it
             done.update(step.nodes)
             index += 1
-        for node in self.tail:
-            _run_eagerly(node, env)
+        for node, plan in self.aliases:
+            _make_view(node, plan, env, self.tail)
         return list(torch.fx.node.map_arg(self.output.args[0], env.__getitem__))
 
     # ---- planning -------------------------------------------------------------------------
@@ -184,6 +188,50 @@ def _is_view_like(node: Node) -> bool:
         source = node.args[0]
         return isinstance(source, Node) and source.op == "call_function" and _is_view_like(source)
     return isinstance(node.target, torch._ops.OpOverload) and is_view(node.target)
+
+
+def _alias_plans(tail: list[Node], outputs: set[Node]) -> list[tuple[Node, tuple | None]]:
+    """Per output view to make, in graph order: (node, plan). A plan (root, size, stride, offset
+    from the root's, root stride) builds the view on the root's storage directly; None replays the
+    op. Views that only lead to others made from their root are skipped."""
+    inside = set(tail)
+    plans = {node: _alias_plan(node, inside) for node in tail}
+    needed: set[Node] = set()
+    for node in reversed(tail):
+        if node in outputs or any(u in needed and plans[u] is None for u in node.users):
+            needed.add(node)
+    return [(node, plans[node]) for node in tail if node in needed]
+
+
+def _alias_plan(node: Node, inside: set[Node]) -> tuple | None:
+    root = node
+    while root in inside:
+        root = root.args[0]
+    view, base = node.meta.get("val"), root.meta.get("val")
+    if node.target is torch.ops.aten.as_strided.default or root.op not in ("placeholder", "call_function"):
+        return None  # as_strided may reach outside its root's extent
+    if not (isinstance(view, torch.Tensor) and isinstance(base, torch.Tensor)) or view.dtype != base.dtype:
+        return None
+    if (view.is_conj(), view.is_neg()) != (base.is_conj(), base.is_neg()):
+        return None
+    geometry = (*view.shape, *view.stride(), view.storage_offset(), *base.stride(), base.storage_offset())
+    if not all(isinstance(g, int) for g in geometry):
+        return None
+    offset = view.storage_offset() - base.storage_offset()
+    return root, tuple(view.shape), tuple(view.stride()), offset, tuple(base.stride())
+
+
+def _make_view(node: Node, plan: tuple | None, env: dict, tail: list[Node]) -> None:
+    """An output view: on its root's storage when the root has the traced strides, else replayed
+    with the views it is made from."""
+    if plan is not None:
+        root = env[plan[0]]
+        if isinstance(root, torch.Tensor) and root.stride() == plan[4]:
+            env[node] = _reinterpret(root, plan[1], plan[2], root.storage_offset() + plan[3])
+            return
+    if node.args[0] in tail:
+        _make_view(node.args[0], None, env, tail)
+    _run_eagerly(node, env)
 
 
 def _constant(gm: GraphModule, node: Node) -> Any:
