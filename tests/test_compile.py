@@ -187,13 +187,14 @@ def test_output_views_are_made_on_their_root_without_dispatch(monkeypatch: pytes
         cpu(x).square().sum().backward()
     assert_same([p.grad for p in cpu.parameters()], [p.grad for p in neuron.parameters()])
     backward = graphs[-1]
-    assert all(plan is not None for _, plan in backward.aliases) and backward.aliases and not replayed
+    plans = backward.view_plans
+    assert all(plans[n] is not None for n in backward.view_outputs) and backward.view_outputs and not replayed
 
-    node, plan = next((n, p) for n, p in backward.aliases if len(p[1]) == 2)
-    root = plan[0]
+    node = next(n for n in backward.view_outputs if len(plans[n][1]) == 2)
+    root = plans[node][0]
     rows, cols = root.meta["val"].shape
     env = {root: torch.randn(cols, rows, device="neuron").t()}  # column-major: the trace had it row-major
-    graph._make_view(node, plan, env, backward.tail)
+    graph._make_view(node, plans, env, set())
     assert len(replayed) == 2 and env[node].untyped_storage().data_ptr() == env[root].untyped_storage().data_ptr()
     assert_same(env[root].cpu(), env[node])  # a permute of a permute
 

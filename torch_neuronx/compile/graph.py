@@ -63,7 +63,9 @@ class CompiledGraph:
         self.body = [n for n in graph_nodes if n.op == "call_function"]
         self.rules: dict[Node, Rule | str] = {n: rule_for(n) for n in self.body}
         self.tail = self._output_views()
-        self.aliases = _alias_plans(self.tail, set(self.output.all_input_nodes))
+        tail, outputs = set(self.tail), set(self.output.all_input_nodes)
+        self.view_plans = {node: _alias_plan(node, tail) for node in self.tail}
+        self.view_outputs = [node for node in self.tail if node in outputs]
         self.eager: set[Node] = set()
         missing = [n for n in self.body if isinstance(self.rules[n], str)]
         if missing and not fallback:
@@ -95,8 +97,9 @@ class CompiledGraph:
                 env.pop(node, None)  # free device memory as soon as nothing later reads it
             done.update(step.nodes)
             index += 1
-        for node, plan in self.aliases:
-            _make_view(node, plan, env, self.tail)
+        made: set[Node] = set()
+        for node in self.view_outputs:
+            _make_view(node, self.view_plans, env, made)
         return list(torch.fx.node.map_arg(self.output.args[0], env.__getitem__))
 
     # ---- planning -------------------------------------------------------------------------
@@ -190,20 +193,9 @@ def _is_view_like(node: Node) -> bool:
     return isinstance(node.target, torch._ops.OpOverload) and is_view(node.target)
 
 
-def _alias_plans(tail: list[Node], outputs: set[Node]) -> list[tuple[Node, tuple | None]]:
-    """Per output view to make, in graph order: (node, plan). A plan (root, size, stride, offset
-    from the root's, root stride) builds the view on the root's storage directly; None replays the
-    op. Views that only lead to others made from their root are skipped."""
-    inside = set(tail)
-    plans = {node: _alias_plan(node, inside) for node in tail}
-    needed: set[Node] = set()
-    for node in reversed(tail):
-        if node in outputs or any(u in needed and plans[u] is None for u in node.users):
-            needed.add(node)
-    return [(node, plans[node]) for node in tail if node in needed]
-
-
 def _alias_plan(node: Node, inside: set[Node]) -> tuple | None:
+    """How to make an output view on its root's storage directly: (root, size, stride, offset
+    from the root's, root stride); None where only replaying the op is exact."""
     root = node
     while root in inside:
         root = root.args[0]
@@ -221,17 +213,21 @@ def _alias_plan(node: Node, inside: set[Node]) -> tuple | None:
     return root, tuple(view.shape), tuple(view.stride()), offset, tuple(base.stride())
 
 
-def _make_view(node: Node, plan: tuple | None, env: dict, tail: list[Node]) -> None:
+def _make_view(node: Node, plans: dict[Node, tuple | None], env: dict, made: set[Node]) -> None:
     """An output view: on its root's storage when the root has the traced strides, else replayed
-    with the views it is made from."""
+    on the view it is made from (made first, once per call)."""
+    plan = plans[node]
     if plan is not None:
         root = env[plan[0]]
         if isinstance(root, torch.Tensor) and root.stride() == plan[4]:
             env[node] = _reinterpret(root, plan[1], plan[2], root.storage_offset() + plan[3])
+            made.add(node)
             return
-    if node.args[0] in tail:
-        _make_view(node.args[0], None, env, tail)
+    source = node.args[0]
+    if source in plans and source not in made:
+        _make_view(source, plans, env, made)
     _run_eagerly(node, env)
+    made.add(node)
 
 
 def _constant(gm: GraphModule, node: Node) -> Any:
