@@ -27,8 +27,8 @@ def hit() -> None:
     _counts["cache_hits"] += 1
 
 
-def eager_call() -> None:
-    _counts["eager_node_calls"] += 1
+def eager_calls(count: int) -> None:
+    _counts["eager_node_calls"] += count
 
 
 def recompile(where: str, reason: str) -> None:

@@ -1,13 +1,15 @@
 """One AOTAutograd graph (forward, backward or inference) as runnable steps.
 
-When every node has a rule the graph is ONE executable. A node without one (no lowering yet,
-a device transfer, a lowering that failed to trace) either makes compilation fail with an
-error naming it, or, with `fallback_execution`, runs eagerly on neuron between compiled
-regions: the graph is split at such nodes and each maximal run of lowerable nodes is one
-executable. Graph outputs that are views are replayed eagerly (metadata only) on the real
-tensor they view, so they alias inputs and each other exactly as in eager. Where tracing fixed
-their geometry, they are made directly on that tensor's storage (as inductor's
-`reinterpret_tensor` does), without a trip through the dispatcher.
+When every node has a rule the graph is ONE executable. A node whose tensors are all CPU
+tensors (an optimizer's step counters) runs on the host in PyTorch CPU, as in eager. A node
+without a rule (no lowering yet, a device transfer, a lowering that failed to trace) either
+makes compilation fail with an error naming it, or, with `fallback_execution`, runs eagerly on
+neuron between compiled regions. Nodes run outside executables that need no executable's
+result run first, so they do not split the graph; the rest splits it, each maximal run of
+lowerable nodes one executable. Graph outputs that are views are replayed eagerly (metadata
+only) on the real tensor they view, so they alias inputs and each other exactly as in eager.
+Where tracing fixed their geometry, they are made directly on that tensor's storage (as
+inductor's `reinterpret_tensor` does), without a trip through the dispatcher.
 """
 
 from __future__ import annotations
@@ -32,21 +34,33 @@ class NeuronCompileError(RuntimeError):
     """A graph cannot be compiled for neuron and eager fallback is off."""
 
 
-class _Eager:
-    """A node run eagerly on neuron (through the same dispatcher as any eager op)."""
+class _Outside:
+    """A run of nodes outside any executable, called one by one through PyTorch: nodes
+    without a rule (eagerly on neuron, counted) and host nodes (PyTorch CPU)."""
 
-    def __init__(self, node: Node) -> None:
-        self.node = node
-        self.nodes = [node]
+    def __init__(self, nodes: list[Node], counted: int) -> None:
+        self.nodes, self.counted = nodes, counted
+        self.calls = [_thunk(node) for node in nodes]
 
-    def run(self, env: dict) -> None:
-        _run_eagerly(self.node, env)
-        metrics.eager_call()
+    def run(self, env: dict, done: set[Node] | None = None) -> None:
+        for node, call in zip(self.nodes, self.calls):
+            if done is None or node not in done:  # `done`: resuming after a node was demoted
+                env[node] = call(env)
+        if self.counted:
+            metrics.eager_calls(self.counted)
 
 
-def _run_eagerly(node: Node, env: dict) -> None:
+def _thunk(node: Node) -> Any:
+    """`env -> value of node`; a getitem without the generic argument mapping."""
+    if node.target is operator.getitem and isinstance(node.args[0], Node) and isinstance(node.args[1], int):
+        source, index = node.args
+        return lambda env: env[source][index]
+    return lambda env: _evaluate(node, env)
+
+
+def _evaluate(node: Node, env: dict) -> Any:
     args, kwargs = torch.fx.node.map_arg((node.args, node.kwargs), env.__getitem__)
-    env[node] = node.target(*args, **kwargs)
+    return node.target(*args, **kwargs)
 
 
 class CompiledGraph:
@@ -67,12 +81,14 @@ class CompiledGraph:
         self.view_plans = {node: _alias_plan(node, tail) for node in self.tail}
         self.view_outputs = [node for node in self.tail if node in outputs]
         self.eager: set[Node] = set()
+        self.host = {n for n, rule in self.rules.items() if isinstance(rule, Rule) and rule.host}
         missing = [n for n in self.body if isinstance(self.rules[n], str)]
         if missing and not fallback:
             others = sorted({str(n.target) for n in missing[1:]} - {str(missing[0].target)})
             raise NeuronCompileError(_refusal(self.name, missing[0], self.rules[missing[0]], others))
         for node in missing:
             self._demote(node, self.rules[node])
+        self.order = self._hoisted(self.body)  # kept when a node is demoted while running
         self.executables: dict[tuple, Executable] = {}
         self._partition()
 
@@ -81,17 +97,20 @@ class CompiledGraph:
         env.update(self.constants)
         args.clear()
         done: set[Node] = set()
-        index = 0
+        index, resumed = 0, False
         while index < len(self.steps):
             step = self.steps[index]
             try:
-                step.run(env)
+                step.run(env, done) if resumed and isinstance(step, _Outside) else step.run(env)
             except LoweringError as e:
                 if not self.fallback:
                     raise NeuronCompileError(_refusal(self.name, e.node, e.problem, [])) from e
                 self._demote(e.node, e.problem)
                 self._partition()
-                index = next(i for i, s in enumerate(self.steps) if s.nodes[0] not in done)
+                # Executables only split, so each is wholly done or not; an outside run may now
+                # join done nodes to the demoted one, and skips the done ones.
+                index = next(i for i, s in enumerate(self.steps) if any(n not in done for n in s.nodes))
+                resumed = True
                 continue
             for node in self.releases[index]:
                 env.pop(node, None)  # free device memory as soon as nothing later reads it
@@ -140,17 +159,16 @@ class CompiledGraph:
         for node in reversed(self.body):  # tail views that graph nodes (not just outputs) use
             if node not in tail or any(u in needed for u in node.users):
                 needed.add(node)
-        inside = [n for n in self.body if n in needed]
+        inside = [n for n in self.order if n in needed]
         steps: list = []
         run: list[Node] = []
+        outside = self.eager | self.host
         for node in inside:
-            if node in self.eager:
-                steps.extend([self._executable(run)] if run else [])
-                steps.append(_Eager(node))
+            if (node in outside) != bool(run and run[-1] in outside):
+                steps.extend([self._step(run)] if run else [])
                 run = []
-            else:
-                run.append(node)
-        steps.extend([self._executable(run)] if run else [])
+            run.append(node)
+        steps.extend([self._step(run)] if run else [])
         kept = set(self.output.all_input_nodes).union(*(n.all_input_nodes for n in self.tail))
         last = {arg: i for i, step in enumerate(steps) for node in step.nodes for arg in node.all_input_nodes}
         self.releases: list[list[Node]] = [[] for _ in steps]
@@ -158,6 +176,27 @@ class CompiledGraph:
             if node not in kept and node.op != "get_attr":
                 self.releases[i].append(node)
         self.steps = steps
+
+    def _hoisted(self, nodes: list[Node]) -> list[Node]:
+        """`nodes` with the nodes run outside executables that depend on no executable's result
+        moved first, so that they do not split the executables (an optimizer's CPU step counters
+        and the bias corrections computed from them). A node writing a graph input stays where
+        it is if a node left behind reads that input before it."""
+        first: set[Node] = set()
+        outside = self.eager | self.host
+        position = {node: i for i, node in enumerate(nodes)}
+        for node in nodes:
+            if node not in outside or any(a in position and a not in first for a in node.all_input_nodes):
+                continue
+            readers = [u for w in _written(node) for u in w.users if u is not node and u not in first]
+            if all(position.get(u, len(nodes)) > position[node] for u in readers):  # output: last
+                first.add(node)
+        return [n for n in nodes if n in first] + [n for n in nodes if n not in first]
+
+    def _step(self, nodes: list[Node]) -> Executable | _Outside:
+        if nodes[0] in self.eager or nodes[0] in self.host:
+            return _Outside(nodes, sum(1 for node in nodes if node in self.eager))
+        return self._executable(nodes)
 
     def _executable(self, nodes: list[Node]) -> Executable:
         """The executable for exactly these nodes (kept across re-partitioning, with its cache)."""
@@ -183,6 +222,19 @@ def _refusal(graph: str, node: Node, reason: str, others: list[str]) -> str:
         "a compiled neuron executable. Pass options={'fallback_execution': True} to torch.compile to run such nodes "
         "eagerly between compiled regions (TORCH_NEURONX_DISABLE_FALLBACK=1 makes False the default)."
     )
+
+
+def _written(node: Node) -> list[Node]:
+    """The graph values `node` mutates (the arguments its schema marks as written)."""
+    target = node.target
+    if not isinstance(target, torch._ops.OpOverload):
+        return []
+    written: list[Node] = []
+    for i, arg in enumerate(target._schema.arguments):
+        if arg.alias_info is not None and arg.alias_info.is_write:
+            value = node.args[i] if i < len(node.args) else node.kwargs.get(arg.name)
+            torch.fx.node.map_arg(value, written.append)
+    return written
 
 
 def _is_view_like(node: Node) -> bool:
@@ -226,7 +278,7 @@ def _make_view(node: Node, plans: dict[Node, tuple | None], env: dict, made: set
     source = node.args[0]
     if source in plans and source not in made:
         _make_view(source, plans, env, made)
-    _run_eagerly(node, env)
+    env[node] = _evaluate(node, env)
     made.add(node)
 
 

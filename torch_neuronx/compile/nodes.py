@@ -5,7 +5,8 @@ the eager kernel binds it (schema order, float scalars weakly typed, everything 
 View nodes need no lowering: eager serves them as metadata, so here they read the input's
 elements through the geometry PyTorch's own meta kernel gives the view. Size arithmetic
 (`sym_size`, `operator.mul` on SymInts) is evaluated in Python on the concrete sizes of the
-trace. A node with no rule runs eagerly between compiled regions (or is an error).
+trace. A node whose tensors are all CPU tensors runs on the host in PyTorch CPU; a node with
+no rule runs eagerly between compiled regions (or is an error).
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ class Rule:
     mutated: list[int] = field(default_factory=list)  # positions of arguments it writes
     reads_storage: bool = False  # as_strided of a graph input: reads the input's storage
     kernel: Kernel | None = None  # the eager kernel of a mutating op (its binder and return plan)
+    host: bool = False  # all its tensors are CPU tensors: PyTorch CPU runs it, outside executables
 
 
 def tensor_args(node: Node) -> list[Node]:
@@ -85,6 +87,8 @@ def _numel(node: Node) -> int:
 def rule_for(node: Node) -> Rule | str:
     """The node's rule, or the reason it cannot run inside an executable."""
     target = node.target
+    if _on_host(node):
+        return Rule(None, host=True)
     if target is operator.getitem:
         return Rule(lambda args, kwargs: args[0][args[1]])
     inputs = [v for n in tensor_args(node) for v in _values(n) if isinstance(v, torch.Tensor)]
@@ -109,6 +113,13 @@ def rule_for(node: Node) -> Rule | str:
     if is_view(target):
         return _view(node, target)
     return "has no lowering"
+
+
+def _on_host(node: Node) -> bool:
+    """Every tensor the node reads or makes is a CPU tensor, as an optimizer's step counters
+    (`capturable=False`) and the bias corrections computed from them."""
+    values = [v for n in (node, *node.all_input_nodes) for v in _values(n) if isinstance(v, torch.Tensor)]
+    return bool(values) and all(v.device.type == "cpu" for v in values)
 
 
 def _lowered(node: Node, op: OpOverload, lowering: ops.Lowering) -> Rule | str:

@@ -180,7 +180,7 @@ class Call:
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"neuron: {op} expected a Tensor, got {type(t).__name__}")
         if t.device.type == "cpu" and t.dim() == 0:
-            self.scalars.append(jnp.asarray(t.item(), dtype=jax_dtype(t.dtype)))
+            self.scalars.append(np.asarray(t.item(), dtype=jax_dtype(t.dtype)))  # not jnp: no eager op
             return ("cpu0", t.dtype)
         raise RuntimeError(
             f"neuron: {op} expected all tensors to be on the same device, but found at least two "
