@@ -547,19 +547,40 @@ def test_cpu_scalar_tensors_join_as_values() -> None:
     assert stats()["compiles"] == 1
 
 
-def test_cpu_scalar_math_runs_on_the_host_without_splitting_the_graph() -> None:
+def test_cpu_scalar_math_runs_on_the_host_only_where_it_must(monkeypatch: pytest.MonkeyPatch) -> None:
     def fn(x: torch.Tensor, step: torch.Tensor) -> torch.Tensor:
         y = x.sin()
         step.add_(1)  # as an optimizer's step counter: CPU math between device ops
         return y / (1 - 0.9**step) + x.cos()
 
+    from torch_neuronx.compile import graph
+
+    on_host, evaluate = [], graph._evaluate
+    monkeypatch.setattr(graph, "_evaluate", lambda node, env: on_host.append(str(node.target)) or evaluate(node, env))
     x, step = torch.randn(4, 3), torch.tensor(2.0)
     fn_c, step_c = compiled(fn), step.clone()
     for _ in range(2):
         assert_same(fn(x, step), fn_c(x.to("neuron"), step_c))
     assert step_c.device.type == "cpu" and step_c.item() == step.item() == 4.0
+    # The counter is updated on the host (it is a CPU tensor); the correction computed from it
+    # is computed inside the one executable, which reads the counter as a value.
+    assert set(on_host) == {"aten.add.Tensor", "aten.copy_.default"}
     one_executable()
     assert stats()["compiles"] == 1 and stats()["eager_node_calls"] == 0
+
+
+def test_cpu_values_a_graph_returns_or_reduces_stay_cpu_tensors() -> None:
+    def fn(x: torch.Tensor, s: torch.Tensor, c: torch.Tensor) -> tuple:
+        t = s * 2  # returned: a CPU tensor, as in eager
+        return x * t, t, x * c.sum() + (s - 1).exp()
+
+    x, s, c = torch.randn(4), torch.tensor(1.5), torch.randn(3)
+    got = compiled(fn)(x.to("neuron"), s, c)
+    want = fn(x, s, c)
+    assert [v.device.type for v in got] == ["neuron", "cpu", "neuron"]
+    assert_same([want[0], want[2]], [got[0], got[2]])
+    torch.testing.assert_close(got[1], want[1])
+    one_executable()
 
 
 def test_fullgraph_true() -> None:

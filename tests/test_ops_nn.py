@@ -353,11 +353,16 @@ def test_softmax_half_to_float() -> None:
     torch.testing.assert_close(out.cpu(), torch.softmax(x.float(), 1))
 
 
-def test_safe_softmax_fully_masked_row_is_zero() -> None:
-    x = torch.randn(3, 5)
-    x[1] = -math.inf
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_safe_softmax_fully_masked_row_is_zero(dtype: torch.dtype) -> None:
+    x = torch.randn(4, 5)
+    x[1] = -math.inf  # fully masked: zeros
+    x[2, :3] = -math.inf  # partly masked: a softmax over the rest
+    x[3, 0] = math.nan  # NaN stays NaN, as in PyTorch
+    x = x.to(dtype)
     with fallback_disabled():
         check(lambda t: torch.ops.aten._safe_softmax(t, -1), x)
+        check(lambda t: torch.ops.aten._safe_softmax(t, 0, dtype=torch.float32), x)
 
 
 # ---- attention --------------------------------------------------------------------------

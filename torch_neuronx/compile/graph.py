@@ -1,7 +1,9 @@
 """One AOTAutograd graph (forward, backward or inference) as runnable steps.
 
 When every node has a rule the graph is ONE executable. A node whose tensors are all CPU
-tensors (an optimizer's step counters) runs on the host in PyTorch CPU, as in eager. A node
+tensors (an optimizer's step counters) runs on the host in PyTorch CPU, as in eager, where it
+writes an input or its CPU tensor is needed; otherwise (0-d values only, as bias corrections)
+it is computed inside the executable that reads it. A node
 without a rule (no lowering yet, a device transfer, a lowering that failed to trace) either
 makes compilation fail with an error naming it, or, with `fallback_execution`, runs eagerly on
 neuron between compiled regions. Nodes run outside executables that need no executable's
@@ -24,7 +26,7 @@ from torch.fx import GraphModule, Node
 from ..runtime.debug import dump_graph
 from . import counters as metrics
 from .executable import Executable, LoweringError
-from .nodes import Rule, is_view, rule_for
+from .nodes import Rule, is_view, rule_for, scalar_rule
 
 _warned: set[str] = set()
 _reinterpret = torch._C._dynamo.guards._reinterpret_tensor
@@ -81,13 +83,13 @@ class CompiledGraph:
         self.view_plans = {node: _alias_plan(node, tail) for node in self.tail}
         self.view_outputs = [node for node in self.tail if node in outputs]
         self.eager: set[Node] = set()
-        self.host = {n for n, rule in self.rules.items() if isinstance(rule, Rule) and rule.host}
         missing = [n for n in self.body if isinstance(self.rules[n], str)]
         if missing and not fallback:
             others = sorted({str(n.target) for n in missing[1:]} - {str(missing[0].target)})
             raise NeuronCompileError(_refusal(self.name, missing[0], self.rules[missing[0]], others))
         for node in missing:
             self._demote(node, self.rules[node])
+        self.host = self._kept_on_host()
         self.order = self._hoisted(self.body)  # kept when a node is demoted while running
         self.executables: dict[tuple, Executable] = {}
         self._partition()
@@ -137,6 +139,27 @@ class CompiledGraph:
                 "(options={'fallback_execution': False} makes this an error)",
                 stacklevel=2,
             )
+
+    def _kept_on_host(self) -> set[Node]:
+        """The host nodes that run on the host: those writing a graph input or needed as CPU
+        tensors (graph outputs, read outside executables, not 0-d), and what they read. The
+        others (an optimizer's bias corrections from its step counters) are computed inside the
+        executables that read them."""
+        host = {n for n, rule in self.rules.items() if isinstance(rule, Rule) and rule.host}
+        inside = {node: scalar_rule(node) for node in host}
+        outside = self.eager | set(self.tail)
+        needed = {n for n in host if any(u not in self.rules or u in outside for u in n.users)}
+        kept = {n for n in host if inside[n] is None or _written(n) or n in needed}
+        pending = list(kept)
+        while pending:  # what a kept node reads, and its getitems (executables take no lists)
+            node = pending.pop()
+            for other in (*node.all_input_nodes, *(u for u in node.users if u.target is operator.getitem)):
+                if other in host and other not in kept:
+                    kept.add(other)
+                    pending.append(other)
+        for node in host - kept:
+            self.rules[node] = inside[node]
+        return kept
 
     def _output_views(self) -> list[Node]:
         """View nodes (and getitems of views) that only feed graph outputs through views: run

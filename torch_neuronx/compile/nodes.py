@@ -86,11 +86,10 @@ def _numel(node: Node) -> int:
 
 def rule_for(node: Node) -> Rule | str:
     """The node's rule, or the reason it cannot run inside an executable."""
-    target = node.target
     if _on_host(node):
         return Rule(None, host=True)
-    if target is operator.getitem:
-        return Rule(lambda args, kwargs: args[0][args[1]])
+    if node.target is operator.getitem:
+        return _rule(node)
     inputs = [v for n in tensor_args(node) for v in _values(n) if isinstance(v, torch.Tensor)]
     outputs = [v for v in _values(node) if isinstance(v, torch.Tensor)]
     # CPU scalar tensors join as values, as in eager (a CUDA-like rule); anything else off neuron
@@ -98,6 +97,23 @@ def rule_for(node: Node) -> Rule | str:
         v.device.type != "neuron" and not (v.device.type == "cpu" and v.dim() == 0) for v in inputs
     ):
         return "moves data between neuron and another device"
+    return _rule(node)
+
+
+def scalar_rule(node: Node) -> Rule | None:
+    """The rule that computes a host node inside an executable instead, where its CPU 0-d
+    tensors are 0-d arrays (as CPU scalars joining a kernel are); None for anything else."""
+    values = [v for n in (node, *node.all_input_nodes) for v in _values(n) if isinstance(v, torch.Tensor)]
+    if not all(v.dim() == 0 for v in values):
+        return None
+    rule = _rule(node)
+    return rule if isinstance(rule, Rule) and not (rule.mutated or rule.random or rule.reads_storage) else None
+
+
+def _rule(node: Node) -> Rule | str:
+    target = node.target
+    if target is operator.getitem:
+        return Rule(lambda args, kwargs: args[0][args[1]])
     if free_unbacked_symbols(node.meta.get("val")):
         return "has a data-dependent output shape"
     if not isinstance(target, OpOverload):

@@ -112,13 +112,16 @@ def log_softmax_backward_data(grad: Any, output: Any, dim: int, input_dtype: tor
 
 @lowering(aten._safe_softmax.default)
 def safe_softmax(x: Any, dim: int, dtype: torch.dtype | None = None) -> Any:
-    """Softmax whose fully masked (all -inf) rows give zeros instead of NaN."""
+    """Softmax whose fully masked (all -inf) rows give zeros instead of NaN. A row is fully
+    masked exactly when its max is -inf, so the max softmax needs anyway tells (no `all`)."""
     if dtype is not None:
         x = cast(x, dtype)
     y = opmath(x).reshape(x.shape or (1,))
     axis = _axis(dim, x, "_safe_softmax")
-    masked = jnp.all(y == -jnp.inf, axis=axis, keepdims=True)
-    out = jnp.where(masked, 0.0, jax.nn.softmax(y, axis=axis))
+    top = jnp.max(y, axis=axis, keepdims=True)
+    masked = top == -jnp.inf
+    e = jnp.exp(y - jnp.where(masked, 0.0, top))
+    out = jnp.where(masked, 0.0, e / e.sum(axis=axis, keepdims=True))
     return out.reshape(x.shape).astype(x.dtype)
 
 
