@@ -104,6 +104,31 @@ def test_synchronize_waits_for_dropped_results():
     assert MEMORY.retired == []
 
 
+def test_buffers_still_computing_are_not_rescanned_on_every_allocation():
+    from torch_neuronx.runtime.memory import _PRUNE_COUNT, DeviceMemory
+
+    class Computing:  # a retired buffer whose work has not finished
+        checks = 0
+
+        def is_deleted(self) -> bool:
+            return False
+
+        def is_ready(self) -> bool:
+            Computing.checks += 1
+            return False
+
+    memory = DeviceMemory()
+    for _ in range(_PRUNE_COUNT):
+        memory._retire(Computing(), 4)
+    for _ in range(10):
+        memory.allocate(4)
+    assert Computing.checks == _PRUNE_COUNT  # one scan; the next after as many more retire
+    for _ in range(_PRUNE_COUNT):
+        memory._retire(Computing(), 4)
+    memory.allocate(4)
+    assert Computing.checks == 3 * _PRUNE_COUNT and len(memory.retired) == 2 * _PRUNE_COUNT
+
+
 def test_in_place_ops_donate_their_storage_buffer():
     """An in-place op hands its target's old buffer to XLA to write over (donation): the new
     values land, work still reading the old values sees them, and storages the schema lets the
