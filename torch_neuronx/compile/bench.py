@@ -205,7 +205,10 @@ def run(quick: bool = False) -> dict[str, Any]:
         "neuron compiled": ("neuron", "neuron", False),
         "neuron compiled+opt": ("neuron", "neuron", True),
     }
-    train = {name: train_step_in_new_process(*config, steps) for name, config in configurations.items()}
+    train = {
+        name: train_step_in_new_process(device, backend, steps, compile_optimizer)
+        for name, (device, backend, compile_optimizer) in configurations.items()
+    }
     return {"train_step": train, "decode": decode(8 if quick else 32), "persistent_cache": persistent_cache()}
 
 
