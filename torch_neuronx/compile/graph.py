@@ -103,7 +103,10 @@ class CompiledGraph:
         while index < len(self.steps):
             step = self.steps[index]
             try:
-                step.run(env, done) if resumed and isinstance(step, _Outside) else step.run(env)
+                if resumed and isinstance(step, _Outside):
+                    step.run(env, done)
+                else:
+                    step.run(env)
             except LoweringError as e:
                 if not self.fallback:
                     raise NeuronCompileError(_refusal(self.name, e.node, e.problem, [])) from e
