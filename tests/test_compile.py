@@ -305,11 +305,23 @@ def test_train_step_forward_and_backward_are_one_executable_each() -> None:
     assert stats()["compiles"] == 2
 
 
-def test_compiled_optimizer_step() -> None:
+OPTIMIZERS = {
+    "AdamW": lambda p: torch.optim.AdamW(p, lr=0.1),
+    "Adam amsgrad": lambda p: torch.optim.Adam(p, lr=0.1, amsgrad=True),
+    "SGD nesterov": lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9, nesterov=True),
+    "RMSprop": lambda p: torch.optim.RMSprop(p, lr=0.01, momentum=0.5),
+    "Adagrad": lambda p: torch.optim.Adagrad(p, lr=0.1),
+    "NAdam": lambda p: torch.optim.NAdam(p, lr=0.1),
+    "RAdam": lambda p: torch.optim.RAdam(p, lr=0.1),
+}
+
+
+@pytest.mark.parametrize("name", OPTIMIZERS)
+def test_compiled_optimizer_step(name: str) -> None:
     def run(device: str, compile_step: bool) -> list[torch.Tensor]:
         torch.manual_seed(0)
         params = [torch.randn(4, 3).to(device).requires_grad_(), torch.randn(3).to(device).requires_grad_()]
-        opt = torch.optim.AdamW(params, lr=0.1)
+        opt = OPTIMIZERS[name](params)
         step = compiled(opt.step) if compile_step else opt.step
         for i in range(3):
             for p in params:
@@ -322,9 +334,9 @@ def test_compiled_optimizer_step() -> None:
         warnings.simplefilter("always")
         step = run("neuron", True)
     assert not [w for w in caught if "neuron compile" in str(w.message)]
-    one_executable()  # the CPU step counters and bias corrections run on the host, not eagerly
-    # Compiled, the bias corrections are float32 tensor math on the step counter (inductor's too:
-    # 2.1e-6 from eager here, 1.2e-7 from ours); eager computes them as Python floats.
+    one_executable()  # the CPU step counters run on the host, the math from them in the executable
+    # Compiled, bias corrections are float32 tensor math on the step counter (inductor's too: for
+    # AdamW 2.1e-6 from eager here, 1.2e-7 from ours); eager computes them as Python floats.
     assert_same(cpu, step, rtol=1e-4, atol=1e-5)
 
 
