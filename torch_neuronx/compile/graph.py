@@ -3,15 +3,15 @@
 When every node has a rule the graph is ONE executable. A node whose tensors are all CPU
 tensors (an optimizer's step counters) runs on the host in PyTorch CPU, as in eager, where it
 writes an input or its CPU tensor is needed; otherwise (0-d values only, as bias corrections)
-it is computed inside the executable that reads it. A node
-without a rule (no lowering yet, a device transfer, a lowering that failed to trace) either
-makes compilation fail with an error naming it, or, with `fallback_execution`, runs eagerly on
-neuron between compiled regions. Nodes run outside executables that need no executable's
-result run first, so they do not split the graph; the rest splits it, each maximal run of
-lowerable nodes one executable. Graph outputs that are views are replayed eagerly (metadata
-only) on the real tensor they view, so they alias inputs and each other exactly as in eager.
-Where tracing fixed their geometry, they are made directly on that tensor's storage (as
-inductor's `reinterpret_tensor` does), without a trip through the dispatcher.
+it is computed inside the executable that reads it. A node without a rule (no lowering yet, a
+device transfer, a lowering that failed to trace) either makes compilation fail with an error
+naming it, or, with `fallback_execution`, runs eagerly on neuron between compiled regions.
+Nodes run outside executables that need no executable's result run first, so they do not split
+the graph; the rest splits it, each maximal run of lowerable nodes one executable. Graph
+outputs that are views are replayed eagerly (metadata only) on the real tensor they view, so
+they alias inputs and each other exactly as in eager. Where tracing fixed their geometry, they
+are made directly on that tensor's storage (as inductor's `reinterpret_tensor` does), without a
+trip through the dispatcher.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from typing import Any
 import torch
 from torch.fx import GraphModule, Node
 
+from ..eager.kernel import Binder
 from ..runtime.debug import dump_graph
 from . import counters as metrics
 from .executable import Executable, LoweringError
@@ -255,10 +256,10 @@ def _written(node: Node) -> list[Node]:
     target = node.target
     if not isinstance(target, torch._ops.OpOverload):
         return []
+    schema = target._schema
     written: list[Node] = []
-    for i, arg in enumerate(target._schema.arguments):
+    for arg, value in zip(schema.arguments, Binder(schema)(node.args, node.kwargs)):
         if arg.alias_info is not None and arg.alias_info.is_write:
-            value = node.args[i] if i < len(node.args) else node.kwargs.get(arg.name)
             torch.fx.node.map_arg(value, written.append)
     return written
 

@@ -103,8 +103,7 @@ def rule_for(node: Node) -> Rule | str:
 def scalar_rule(node: Node) -> Rule | None:
     """The rule that computes a host node inside an executable instead, where its CPU 0-d
     tensors are 0-d arrays (as CPU scalars joining a kernel are); None for anything else."""
-    values = [v for n in (node, *node.all_input_nodes) for v in _values(n) if isinstance(v, torch.Tensor)]
-    if not all(v.dim() == 0 for v in values):
+    if not all(v.dim() == 0 for v in _tensor_values(node)):
         return None
     rule = _rule(node)
     return rule if isinstance(rule, Rule) and not (rule.mutated or rule.random or rule.reads_storage) else None
@@ -134,8 +133,13 @@ def _rule(node: Node) -> Rule | str:
 def _on_host(node: Node) -> bool:
     """Every tensor the node reads or makes is a CPU tensor, as an optimizer's step counters
     (`capturable=False`) and the bias corrections computed from them."""
-    values = [v for n in (node, *node.all_input_nodes) for v in _values(n) if isinstance(v, torch.Tensor)]
+    values = _tensor_values(node)
     return bool(values) and all(v.device.type == "cpu" for v in values)
+
+
+def _tensor_values(node: Node) -> list[torch.Tensor]:
+    """The (fake) tensors the node makes and reads."""
+    return [v for n in (node, *node.all_input_nodes) for v in _values(n) if isinstance(v, torch.Tensor)]
 
 
 def _lowered(node: Node, op: OpOverload, lowering: ops.Lowering) -> Rule | str:

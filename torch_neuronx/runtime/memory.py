@@ -95,9 +95,10 @@ class DeviceMemory:
         self._retired_bytes += nbytes
 
     def _prune_retired(self) -> None:
-        """Let finished retired buffers go, every _PRUNE_COUNT buffers or _PRUNE_BYTES bytes.
-        Called when allocating, never from `free`: that runs in a storage's finalizer, and
-        `is_ready()` called there segfaulted in the OpInfo suite."""
+        """Let finished retired buffers go, once _PRUNE_COUNT buffers or _PRUNE_BYTES bytes
+        more than the last prune kept are retired. Called when allocating, never from `free`:
+        that runs in a storage's finalizer, and `is_ready()` called there segfaulted in the
+        OpInfo suite."""
         if len(self.retired) >= self._prune_at[0] or self._retired_bytes >= self._prune_at[1]:
             self.retired = [(b, n) for b, n in self.retired if not (b.is_deleted() or b.is_ready())]
             self._retired_bytes = sum(n for _, n in self.retired)
