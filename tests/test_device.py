@@ -132,3 +132,44 @@ def test_pin_memory_and_dataloader():
     data = torch.utils.data.TensorDataset(torch.arange(8.0).reshape(4, 2))
     batches = [b.to("neuron", non_blocking=True) for (b,) in torch.utils.data.DataLoader(data, 2, pin_memory=True)]
     torch.testing.assert_close(torch.cat([b.cpu() for b in batches]), torch.arange(8.0).reshape(4, 2))
+
+
+def _thread_affinity() -> dict[str, set[int]]:
+    """This process's threads by name (their /proc comm): the union of the CPUs they may use."""
+    seen: dict[str, set[int]] = {}
+    for tid in os.listdir("/proc/self/task"):
+        with open(f"/proc/self/task/{tid}/comm") as f:
+            name = f.read().strip()
+        seen.setdefault(name, set()).update(os.sched_getaffinity(int(tid)))
+    return seen
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two cores to keep one for the host")
+def test_xla_threads_leave_the_host_a_core():
+    torch.ones(1, device="neuron").cpu()  # the CPU client and its threads exist
+    allowed = os.sched_getaffinity(0)
+    host = max(allowed)  # TORCH_NEURONX_HOST_CORES=1 keeps the last allowed core
+    xla = {name: cpus for name, cpus in _thread_affinity().items() if name.startswith("tf_XLA")}
+    assert xla, "found no XLA:CPU threads"
+    assert all(host not in cpus for cpus in xla.values()), xla
+    assert os.sched_getaffinity(0) == allowed  # the Python thread keeps every core
+
+
+def test_host_cores_setting(monkeypatch):
+    from torch_neuronx.runtime import platform
+
+    allowed = os.sched_getaffinity(0)
+    monkeypatch.setenv("TORCH_NEURONX_HOST_CORES", "0")
+    with platform._off_host_cores():
+        assert os.sched_getaffinity(0) == allowed
+    monkeypatch.setenv("TORCH_NEURONX_HOST_CORES", str(len(allowed)))  # would leave XLA nothing
+    with platform._off_host_cores():
+        assert os.sched_getaffinity(0) == allowed
+    if len(allowed) > 1:
+        monkeypatch.setenv("TORCH_NEURONX_HOST_CORES", "1")
+        with platform._off_host_cores():
+            assert os.sched_getaffinity(0) == allowed - {max(allowed)}
+        assert os.sched_getaffinity(0) == allowed
+    monkeypatch.setenv("TORCH_NEURONX_HOST_CORES", "all")
+    with pytest.raises(ValueError, match="TORCH_NEURONX_HOST_CORES must be a whole number of cores, got 'all'"):
+        platform.host_cores()

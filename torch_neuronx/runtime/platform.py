@@ -2,12 +2,19 @@
 
 `TORCH_NEURONX_PLATFORM` picks the JAX backend (`cpu` by default, `cuda` where jax[cuda] is
 installed). JAX is imported and configured on first device use, never at `import torch`.
+
+On the CPU platform the host keeps cores of its own (`TORCH_NEURONX_HOST_CORES`, default 1):
+XLA's worker threads are started off them, as a GPU's work runs off the CPU thread that
+enqueues it. Otherwise XLA's threads and the Python thread dispatching the next ops contend
+for the same cores.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -39,7 +46,36 @@ def jax() -> ModuleType:
         from .host_heap import retain_freed_blocks
 
         retain_freed_blocks()
+        with _off_host_cores():
+            _jax.devices()  # starts the CPU client, and so its thread pools
     return _jax
+
+
+def host_cores() -> int:
+    """Cores kept free of XLA:CPU's threads for the host (`TORCH_NEURONX_HOST_CORES`)."""
+    value = os.environ.get("TORCH_NEURONX_HOST_CORES", "1")
+    try:
+        return max(0, int(value))
+    except ValueError:
+        raise ValueError(f"TORCH_NEURONX_HOST_CORES must be a whole number of cores, got {value!r}") from None
+
+
+@contextlib.contextmanager
+def _off_host_cores() -> Iterator[None]:
+    """Run the block with this thread's CPU affinity minus the host's cores (the last allowed
+    ones), then restore it. XLA:CPU sizes its thread pools from the creating thread's
+    affinity and its threads inherit it, so they never run on the host's cores; the Python
+    threads keep every core. No-op where that would leave XLA no core."""
+    allowed = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+    keep = host_cores()
+    if not keep or len(allowed) <= keep:
+        yield
+        return
+    os.sched_setaffinity(0, allowed[:-keep])
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, allowed)
 
 
 def local_index() -> int:
