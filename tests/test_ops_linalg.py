@@ -53,3 +53,29 @@ def test_equal() -> None:
         for a, b in [(x[::2], x[::2]), (x, x), (x[:2], x[:1]), (torch.arange(3), torch.arange(3.0))]:
             assert torch.equal(a.to("neuron"), b.to("neuron")) == torch.equal(a, b)
         assert torch.equal(torch.empty(0, device="neuron"), torch.empty(0, device="neuron"))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("layout", ["NN", "TN", "NT", "TT"])
+def test_products_of_transposed_operands(layout: str, dtype: torch.dtype) -> None:
+    """Each operand read as stored or through a transpose (weight gradients are x^T @ g,
+    attention's backward p^T @ dO): eager and compiled match CPU."""
+
+    def operand(x: torch.Tensor, transposed: str) -> torch.Tensor:
+        return x.transpose(-1, -2).contiguous().transpose(-1, -2) if transposed == "T" else x
+
+    def products(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, ab: torch.Tensor, bb: torch.Tensor) -> list:
+        a, b, ab, bb = operand(a, layout[0]), operand(b, layout[1]), operand(ab, layout[0]), operand(bb, layout[1])
+        return [a @ b, torch.addmm(c, a, b, beta=0.5), ab @ bb, torch.baddbmm(c, ab, bb, alpha=2.0)]
+
+    make = torch.Generator().manual_seed(0)
+    shapes = [(48, 40), (40, 24), (48, 24), (3, 48, 40), (3, 40, 24)]
+    inputs = [torch.randn(s, generator=make).to(dtype) for s in shapes]
+    want = products(*inputs)
+    rtol, atol = (1e-5, 1e-4) if dtype == torch.float32 else (1.6e-2, 5e-2)
+    with fallback_disabled():
+        eager = products(*[x.to("neuron") for x in inputs])
+        compiled = torch.compile(products, backend="neuron", fullgraph=True)(*[x.to("neuron") for x in inputs])
+    for w, e, c in zip(want, eager, compiled):
+        torch.testing.assert_close(e.cpu(), w, rtol=rtol, atol=atol)
+        torch.testing.assert_close(c.cpu(), w, rtol=rtol, atol=atol)
