@@ -19,15 +19,6 @@ import torch_neuronx
 from torch_neuronx.compile.graph import NeuronCompileError
 from torch_neuronx.ops import LOWERINGS, Lowering
 
-# Ops the model tests need natively that other branches are writing (linalg, reductions; the
-# eager convolution). Until they land the backend splits those graphs and runs these nodes
-# eagerly: the numbers are tested regardless, only "one executable" waits for them.
-NEEDS = {
-    "mlp": "aten.addmm, aten.mm, aten.sum.dim_IntList, aten.gelu",
-    "cnn": "aten.convolution, aten.max_pool2d_with_indices, aten.addmm, aten.mm, aten.sum.dim_IntList",
-    "block": "aten.addmm, aten.mm, aten.bmm, aten.sum.dim_IntList, aten.native_layer_norm, aten._softmax",
-}
-
 
 @pytest.fixture(autouse=True)
 def _fresh() -> Any:
@@ -254,18 +245,14 @@ def _model(cls: type) -> Any:
 MODELS = {"mlp": (MLP, (8, 16)), "cnn": (CNN, (2, 3, 8, 8)), "block": (Block, (2, 5, 32))}
 
 
-EAGER_CONV = pytest.mark.xfail(reason="eager neuron convolution comes with the nn branch", strict=False)
-
-
-@pytest.mark.parametrize("name", [pytest.param(n, marks=EAGER_CONV) if n == "cnn" else n for n in MODELS])
+@pytest.mark.parametrize("name", list(MODELS))
 def test_model_forward(name: str) -> None:
     cls, shape = MODELS[name]
     three_way(_model(cls), (torch.randn(shape),))
 
 
 @pytest.mark.parametrize("name", list(MODELS))
-def test_model_forward_is_one_executable(name: str, request: pytest.FixtureRequest) -> None:
-    request.applymarker(pytest.mark.xfail(reason=f"missing lowerings: {NEEDS[name]}", strict=False))
+def test_model_forward_is_one_executable(name: str) -> None:
     cls, shape = MODELS[name]
     with torch.no_grad():
         compiled(_model(cls)("neuron"))(torch.randn(shape, device="neuron"))
@@ -298,7 +285,6 @@ def test_train_step_loss_trajectory() -> None:
     assert stats()["recompiles"] == 0
 
 
-@pytest.mark.xfail(reason=f"missing lowerings: {NEEDS['mlp']} (and backward: gelu_backward)", strict=False)
 def test_train_step_forward_and_backward_are_one_executable_each() -> None:
     _train("neuron", True, steps=2)
     one_executable()
@@ -401,7 +387,6 @@ def test_index_copy_into_static_cache() -> None:
     assert s["recompiles"] == 0 and s["graphs"] == 1
 
 
-@pytest.mark.xfail(reason="missing lowerings: aten.index_put (index_copy decomposes to it), aten.sum", strict=False)
 def test_index_copy_into_static_cache_is_one_executable() -> None:
     cache = torch.zeros(2, 8, 4, device="neuron")
     compiled(_write_cache)(cache, torch.tensor([1], device="neuron"), torch.ones(2, 1, 4, device="neuron"))
@@ -498,10 +483,6 @@ def test_functional_random_ops_match_eager_streams() -> None:
         torch.testing.assert_close(c.cpu(), e.cpu())
 
 
-@pytest.mark.xfail(
-    reason="random lowerings (native_dropout, rand_like, bernoulli, randn_like) come with the random branch",
-    strict=False,
-)
 def test_functional_random_ops_are_one_executable() -> None:
     compiled(_random_mix)(torch.randn(4, 32, device="neuron"))
     one_executable()

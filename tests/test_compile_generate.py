@@ -22,10 +22,6 @@ CONFIG = dict(
     vocab_size=256,
     max_position_embeddings=128,
 )
-MISSING = (
-    "aten.embedding, aten.cat, aten.mean.dim, aten.mm, aten.bmm, aten._softmax, aten.index_put, aten.arange, "
-    "aten.scalar_tensor, aten.full_like, aten.logical_not, aten.any.dim"
-)
 
 
 @pytest.fixture(scope="module")
@@ -64,7 +60,6 @@ def test_static_cache_generate_matches_cpu_without_recompiles(models: tuple) -> 
     assert after["cache_hits"] > warmed["cache_hits"]
 
 
-@pytest.mark.xfail(reason=f"missing lowerings: {MISSING}", strict=False)
 def test_decode_step_is_one_executable(models: tuple) -> None:
     _, neuron = models
     torch_neuronx.compile.reset_metrics()

@@ -146,15 +146,6 @@ def test_autocast_runs_matmuls_in_bf16() -> None:
     assert out.dtype == torch.bfloat16
 
 
-# The ops a transformer training step still sends to CPU on this branch; their lowerings are
-# other families' work (linalg, nn, reduction, indexing, elementwise).
-MISSING = (
-    "mm, bmm, sum.dim_IntList, amax, var.correction, cat, gather, scatter.value, index.Tensor, "
-    "_index_put_impl_, masked_fill_.Scalar, bitwise_and/or/not, arange.start_out"
-)
-
-
-@pytest.mark.xfail(reason=f"lowerings still missing on the optim branch: {MISSING}")
 def test_transformer_step_without_fallback(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TORCH_NEURONX_DISABLE_FALLBACK", "1")
     torch_neuronx.reset_metrics()

@@ -195,30 +195,54 @@ def _python_json(code: str, env: dict | None = None) -> Any:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+TRAIN_CONFIGURATIONS = {
+    "cpu eager": ("cpu", None, False),
+    "cpu inductor": ("cpu", "inductor", False),
+    "cpu inductor+opt": ("cpu", "inductor", True),
+    "neuron eager": ("neuron", None, False),
+    "neuron compiled": ("neuron", "neuron", False),
+    "neuron compiled+opt": ("neuron", "neuron", True),
+}
+
+
+def train_steps(steps: int, rounds: int) -> dict[str, Any]:
+    """Every configuration once per round, each in a fresh process, the rounds one after another:
+    a host's speed drifts over minutes, so configurations are compared within a round. Per
+    configuration: the median over rounds of its step and first-step seconds, every round's
+    step, and the median over rounds of its step time relative to CPU eager's in that round."""
+    runs: dict[str, list] = {name: [] for name in TRAIN_CONFIGURATIONS}
+    for _ in range(rounds):
+        for name, (device, backend, compile_optimizer) in TRAIN_CONFIGURATIONS.items():
+            runs[name].append(train_step_in_new_process(device, backend, steps, compile_optimizer))
+    baseline = [r["step_s"] for r in runs["cpu eager"]]
+    return {
+        name: {
+            "step_s": statistics.median(r["step_s"] for r in results),
+            "first_step_s": statistics.median(r["first_step_s"] for r in results),
+            "rounds_step_s": [r["step_s"] for r in results],
+            "vs_cpu_eager": statistics.median(r["step_s"] / b for r, b in zip(results, baseline)),
+        }
+        for name, results in runs.items()
+    }
+
+
 def run(quick: bool = False) -> dict[str, Any]:
-    steps = 2 if quick else 10
-    configurations = {
-        "cpu eager": ("cpu", None, False),
-        "cpu inductor": ("cpu", "inductor", False),
-        "cpu inductor+opt": ("cpu", "inductor", True),
-        "neuron eager": ("neuron", None, False),
-        "neuron compiled": ("neuron", "neuron", False),
-        "neuron compiled+opt": ("neuron", "neuron", True),
-    }
-    train = {
-        name: train_step_in_new_process(device, backend, steps, compile_optimizer)
-        for name, (device, backend, compile_optimizer) in configurations.items()
-    }
+    train = train_steps(steps=2, rounds=1) if quick else train_steps(steps=20, rounds=3)
     return {"train_step": train, "decode": decode(8 if quick else 32), "persistent_cache": persistent_cache()}
 
 
 def format_results(results: dict[str, Any]) -> str:
+    train = results["train_step"]
     lines = [
-        "tiny Llama train step (batch 4, seq 128, AdamW; each in a fresh process; +opt: opt.step compiled too)",
-        f"{'':20s} {'step ms':>9s} {'first step s':>13s}",
+        "tiny Llama train step (batch 4, seq 128, AdamW; each run in a fresh process, configurations alternated "
+        f"over {len(train['cpu eager']['rounds_step_s'])} round(s); +opt: opt.step compiled too; medians)",
+        f"{'':20s} {'step ms':>9s} {'x cpu eager':>12s} {'first step s':>13s}  per round ms",
     ]
-    for name, r in results["train_step"].items():
-        lines.append(f"{name:20s} {r['step_s'] * 1e3:9.2f} {r['first_step_s']:13.2f}")
+    for name, r in train.items():
+        rounds = ", ".join(f"{s * 1e3:.2f}" for s in r["rounds_step_s"])
+        lines.append(
+            f"{name:20s} {r['step_s'] * 1e3:9.2f} {r['vs_cpu_eager']:12.2f} {r['first_step_s']:13.2f}  {rounds}"
+        )
     d = results["decode"]
     lines.append(
         f"greedy decode tokens/s: CPU eager generate {d['cpu_eager_tokens_per_s']:.1f}; neuron static-cache "
