@@ -20,7 +20,6 @@ import torch
 from jax import lax
 from jax.lax import linalg as lax_linalg
 
-from ..runtime.platform import platform_name
 from . import lowering
 from ._dtypes import cast, torch_dtype
 from .reduction import accumulate, integral_to_long, wrap_dim
@@ -39,32 +38,21 @@ def _same_dtype(name: str, *xs: Any) -> torch.dtype:
     return dtypes[0]
 
 
-def _product(a: Any, b: Any, **kwargs: Any) -> Any:
-    """jnp.matmul, with `a` behind an optimization barrier on the CPU platform. XLA folds a
-    transposed operand into the dot; XLA:CPU's fast dot library takes a lhs contracted on its
-    last dimension only, so a product whose lhs arrives transposed (a weight gradient x^T @ g,
-    attention's backward p^T @ dO) ran on its generic path at 1.2-1.8x the cost. The barrier
-    keeps the transpose a copy of its own, and the product on the fast path."""
-    if platform_name() == "cpu":
-        a = lax.optimization_barrier(a)
-    return jnp.matmul(a, b, **kwargs)
-
-
 def matmul(a: Any, b: Any) -> Any:
     """`a @ b` (jnp.matmul broadcasting) with PyTorch CPU's accumulation, in a's dtype."""
     dtype = torch_dtype(a)
     if dtype == torch.bool:
-        return _product(a.astype(jnp.int32), b.astype(jnp.int32)) != 0
+        return jnp.matmul(a.astype(jnp.int32), b.astype(jnp.int32)) != 0
     if dtype in (torch.float16, torch.bfloat16):
-        return _product(a, b, preferred_element_type=jnp.float32).astype(a.dtype)
-    return _product(a, b, precision=HIGHEST)
+        return jnp.matmul(a, b, preferred_element_type=jnp.float32).astype(a.dtype)
+    return jnp.matmul(a, b, precision=HIGHEST)
 
 
 def _accumulated(a: Any, b: Any) -> Any:
     """`a @ b` kept in the accumulation dtype, for ops that add to it before rounding."""
     dtype = torch_dtype(a)
     if dtype in (torch.float16, torch.bfloat16):
-        return _product(a, b, preferred_element_type=jnp.float32)
+        return jnp.matmul(a, b, preferred_element_type=jnp.float32)
     return matmul(a, b)
 
 
