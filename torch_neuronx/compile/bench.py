@@ -99,15 +99,20 @@ def _generate_tokens_per_s(model: torch.nn.Module, tokens: int, **kwargs: Any) -
 def decode(tokens: int = 32) -> dict[str, Any]:
     """Static-cache greedy decoding on neuron (generate compiles the decode step with the
     neuron backend): tokens/s of the whole generate loop and of the compiled step alone, next
-    to PyTorch CPU eager generate (dynamic cache); and both generate loops for MID_LLAMA."""
+    to PyTorch CPU eager generate (dynamic cache); the eager ops generate runs per token around
+    the compiled step (Transformers' mask, stopping and bookkeeping ops, the eager prefill spread
+    over the tokens); and both generate loops for MID_LLAMA."""
     import torch_neuronx
+
+    def eager_ops() -> int:
+        return sum(torch_neuronx.metrics()["op_calls"].values())
 
     torch._dynamo.reset()
     cpu = _generate_tokens_per_s(tiny_llama("cpu").eval(), tokens)
     model = tiny_llama("neuron").eval()
-    before = torch_neuronx.compile.metrics()
+    before, ops_before = torch_neuronx.compile.metrics(), eager_ops()
     neuron = _generate_tokens_per_s(model, tokens, cache_implementation="static", max_cache_len=64)
-    after = torch_neuronx.compile.metrics()
+    after, ops_after = torch_neuronx.compile.metrics(), eager_ops()
     step = _compiled_step_seconds(model)
     mid_cpu = _generate_tokens_per_s(tiny_llama("cpu", MID_LLAMA).eval(), tokens)
     mid = tiny_llama("neuron", MID_LLAMA).eval()
@@ -117,6 +122,7 @@ def decode(tokens: int = 32) -> dict[str, Any]:
         "generate_tokens_per_s": neuron,
         "compiled_step_tokens_per_s": 1 / step,
         "compiles_in_warmup_and_run": after["compiles"] - before["compiles"],
+        "eager_ops_per_token": (ops_after - ops_before) / (2 * (tokens + 1)),  # warm-up and timed run
         "mid_cpu_eager_tokens_per_s": mid_cpu,
         "mid_generate_tokens_per_s": mid_neuron,
     }
@@ -247,7 +253,8 @@ def format_results(results: dict[str, Any]) -> str:
     lines.append(
         f"greedy decode tokens/s: CPU eager generate {d['cpu_eager_tokens_per_s']:.1f}; neuron static-cache "
         f"generate {d['generate_tokens_per_s']:.1f}, its compiled step alone {d['compiled_step_tokens_per_s']:.1f} "
-        f"({d['compiles_in_warmup_and_run']} graph compiles for warm-up and run)"
+        f"({d['compiles_in_warmup_and_run']} graph compiles for warm-up and run; "
+        f"{d['eager_ops_per_token']:.0f} eager ops per token around it)"
     )
     lines.append(
         f"  58M-parameter Llama: CPU eager generate {d['mid_cpu_eager_tokens_per_s']:.1f}; neuron static-cache "
