@@ -86,14 +86,21 @@ def train_step(
     return {"step_s": statistics.median(times), "first_step_s": first}
 
 
+GENERATE_RUNS = 3  # timed generate calls per measurement, after one warm-up call
+
+
 def _generate_tokens_per_s(model: torch.nn.Module, tokens: int, **kwargs: Any) -> float:
-    """Greedy `generate` tokens/s after an identical warm-up generate, which compiles what it
-    needs: the decode graph, and eager kernels for each new length of the growing `input_ids`."""
+    """Greedy `generate` tokens/s (median of GENERATE_RUNS) after an identical warm-up generate, which
+    compiles what it needs: the decode graph, and eager kernels for each new length of the
+    growing `input_ids`."""
     ids = torch.randint(0, LLAMA["vocab_size"], (1, 8), generator=torch.Generator().manual_seed(0)).to(model.device)
     model.generate(ids, max_new_tokens=tokens + 1, do_sample=False, **kwargs)
-    start = time.perf_counter()
-    model.generate(ids, max_new_tokens=tokens + 1, do_sample=False, **kwargs)
-    return tokens / (time.perf_counter() - start)
+    seconds = []
+    for _ in range(GENERATE_RUNS):
+        start = time.perf_counter()
+        model.generate(ids, max_new_tokens=tokens + 1, do_sample=False, **kwargs)
+        seconds.append(time.perf_counter() - start)
+    return tokens / statistics.median(seconds)
 
 
 def decode(tokens: int = 32) -> dict[str, Any]:
@@ -122,7 +129,7 @@ def decode(tokens: int = 32) -> dict[str, Any]:
         "generate_tokens_per_s": neuron,
         "compiled_step_tokens_per_s": 1 / step,
         "compiles_in_warmup_and_run": after["compiles"] - before["compiles"],
-        "eager_ops_per_token": (ops_after - ops_before) / (2 * (tokens + 1)),  # warm-up and timed run
+        "eager_ops_per_token": (ops_after - ops_before) / ((1 + GENERATE_RUNS) * (tokens + 1)),
         "mid_cpu_eager_tokens_per_s": mid_cpu,
         "mid_generate_tokens_per_s": mid_neuron,
     }
@@ -233,7 +240,7 @@ def train_steps(steps: int, rounds: int) -> dict[str, Any]:
 
 
 def run(quick: bool = False) -> dict[str, Any]:
-    train = train_steps(steps=2, rounds=1) if quick else train_steps(steps=20, rounds=3)
+    train = train_steps(steps=2, rounds=1) if quick else train_steps(steps=20, rounds=5)
     return {"train_step": train, "decode": decode(8 if quick else 32), "persistent_cache": persistent_cache()}
 
 
