@@ -57,9 +57,12 @@ def _sync(device: str) -> None:
 def train_step(
     device: str, backend: str | None, steps: int = 5, compile_optimizer: bool = False, batch: int = 4, seq: int = 128
 ) -> dict[str, Any]:
-    """Seconds per AdamW step (forward, backward, step) after one warm-up step, and the
-    warm-up (first, compiling) step's seconds. `compile_optimizer` also compiles `opt.step`
-    with the same backend (PyTorch's compiled-optimizer recipe)."""
+    """Seconds per AdamW step (forward, backward, step; `loss.item()` each step) after one
+    warm-up step: the median of `steps` steps each synced to the device, and the mean of
+    `steps` more run back to back with one sync at the end, as a training loop runs (the host
+    prepares a step while the device finishes the last one); and the warm-up (first,
+    compiling) step's seconds. `compile_optimizer` also compiles `opt.step` with the same
+    backend (PyTorch's compiled-optimizer recipe)."""
     torch._dynamo.reset()
     model = tiny_llama(device).train()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
@@ -83,7 +86,12 @@ def train_step(
         step()
         _sync(device)
         times.append(time.perf_counter() - start)
-    return {"step_s": statistics.median(times), "first_step_s": first}
+    start = time.perf_counter()
+    for _ in range(steps):
+        step()
+    _sync(device)
+    back_to_back = (time.perf_counter() - start) / steps
+    return {"step_s": statistics.median(times), "back_to_back_step_s": back_to_back, "first_step_s": first}
 
 
 GENERATE_RUNS = 3  # timed generate calls per measurement, after one warm-up call
@@ -221,19 +229,26 @@ TRAIN_CONFIGURATIONS = {
 def train_steps(steps: int, rounds: int) -> dict[str, Any]:
     """Every configuration once per round, each in a fresh process, the rounds one after another:
     a host's speed drifts over minutes, so configurations are compared within a round. Per
-    configuration: the median over rounds of its step and first-step seconds, every round's
-    step, and the median over rounds of its step time relative to CPU eager's in that round."""
+    configuration: the median over rounds of its synced, back-to-back and first-step seconds,
+    every round's synced step, and the median over rounds of its step times relative to CPU
+    eager's in that round."""
     runs: dict[str, list] = {name: [] for name in TRAIN_CONFIGURATIONS}
     for _ in range(rounds):
         for name, (device, backend, compile_optimizer) in TRAIN_CONFIGURATIONS.items():
             runs[name].append(train_step_in_new_process(device, backend, steps, compile_optimizer))
-    baseline = [r["step_s"] for r in runs["cpu eager"]]
+    baseline = runs["cpu eager"]
+
+    def median(results: list, key: str, relative: bool = False) -> float:
+        return statistics.median(r[key] / (b[key] if relative else 1) for r, b in zip(results, baseline))
+
     return {
         name: {
-            "step_s": statistics.median(r["step_s"] for r in results),
-            "first_step_s": statistics.median(r["first_step_s"] for r in results),
+            "step_s": median(results, "step_s"),
+            "back_to_back_step_s": median(results, "back_to_back_step_s"),
+            "first_step_s": median(results, "first_step_s"),
             "rounds_step_s": [r["step_s"] for r in results],
-            "vs_cpu_eager": statistics.median(r["step_s"] / b for r, b in zip(results, baseline)),
+            "vs_cpu_eager": median(results, "step_s", relative=True),
+            "back_to_back_vs_cpu_eager": median(results, "back_to_back_step_s", relative=True),
         }
         for name, results in runs.items()
     }
@@ -248,13 +263,16 @@ def format_results(results: dict[str, Any]) -> str:
     train = results["train_step"]
     lines = [
         "tiny Llama train step (batch 4, seq 128, AdamW; each run in a fresh process, configurations alternated "
-        f"over {len(train['cpu eager']['rounds_step_s'])} round(s); +opt: opt.step compiled too; medians)",
-        f"{'':20s} {'step ms':>9s} {'x cpu eager':>12s} {'first step s':>13s}  per round ms",
+        f"over {len(train['cpu eager']['rounds_step_s'])} round(s); +opt: opt.step compiled too; medians; "
+        "synced: each step synced; back to back: one sync after all steps)",
+        f"{'':20s} {'synced ms':>10s} {'x cpu eager':>12s} {'back to back ms':>16s} {'x cpu eager':>12s} "
+        f"{'first step s':>13s}  synced per round ms",
     ]
     for name, r in train.items():
         rounds = ", ".join(f"{s * 1e3:.2f}" for s in r["rounds_step_s"])
         lines.append(
-            f"{name:20s} {r['step_s'] * 1e3:9.2f} {r['vs_cpu_eager']:12.2f} {r['first_step_s']:13.2f}  {rounds}"
+            f"{name:20s} {r['step_s'] * 1e3:10.2f} {r['vs_cpu_eager']:12.2f} {r['back_to_back_step_s'] * 1e3:16.2f} "
+            f"{r['back_to_back_vs_cpu_eager']:12.2f} {r['first_step_s']:13.2f}  {rounds}"
         )
     d = results["decode"]
     lines.append(
