@@ -60,6 +60,17 @@ def test_static_cache_generate_matches_cpu_without_recompiles(models: tuple) -> 
     assert after["cache_hits"] > warmed["cache_hits"]
 
 
+def test_repeated_generate_builds_nothing(models: tuple) -> None:
+    """A second identical generate lowers no module for XLA at all: no graph, no eager kernel,
+    nothing JAX would rebuild behind our caches."""
+    _, neuron = models
+    ids = torch.randint(0, 256, (1, 6)).to("neuron")
+    _generate(neuron, ids, 8)
+    before = torch_neuronx.metrics()["xla_lowerings"]
+    _generate(neuron, ids, 8)
+    assert torch_neuronx.metrics()["xla_lowerings"] == before
+
+
 def test_decode_step_is_one_executable(models: tuple) -> None:
     _, neuron = models
     torch_neuronx.compile.reset_metrics()

@@ -35,6 +35,7 @@ from .tensor import tensor_on_new_storage
 
 _TABLE = MEMORY.table
 _hits = metrics.hits
+jax.monitoring.register_event_duration_secs_listener(metrics.count_lowering)
 TENSOR, OPT_TENSOR, TENSOR_LIST, SCALAR, STATIC, SCALAR_LIST = range(6)
 _TENSOR_KINDS = {
     "Tensor": TENSOR,

@@ -1,4 +1,6 @@
-"""Counters for the executable cache and the coverage ladder (DESIGN 4-5)."""
+"""Counters for the executable cache and the coverage ladder (DESIGN 4-5), and of every module
+JAX lowers for XLA in the process: each is then compiled or loaded from the persistent cache, so
+more lowerings than our caches' misses means something is being built behind their backs."""
 
 from __future__ import annotations
 
@@ -10,6 +12,8 @@ misses: Counter = Counter()
 compile_seconds: Counter = Counter()
 fallbacks: Counter = Counter()
 decompositions: Counter = Counter()
+xla_lowerings: Counter = Counter()  # by module name
+_LOWERING = "/jax/core/compile/jaxpr_to_mlir_module_duration"
 
 
 def miss(op: str, seconds: float) -> None:
@@ -26,9 +30,16 @@ def snapshot() -> dict[str, Any]:
         "op_calls": dict(calls.most_common()),
         "fallbacks": dict(fallbacks),
         "decompositions": dict(decompositions),
+        "xla_lowerings": sum(xla_lowerings.values()),
     }
 
 
 def reset() -> None:
-    for counter in (hits, misses, compile_seconds, fallbacks, decompositions):
+    for counter in (hits, misses, compile_seconds, fallbacks, decompositions, xla_lowerings):
         counter.clear()
+
+
+def count_lowering(event: str, seconds: float, **metadata: Any) -> None:
+    """A `jax.monitoring` listener: counts each module lowered for XLA."""
+    if event == _LOWERING:
+        xla_lowerings[metadata.get("fun_name", "?")] += 1
