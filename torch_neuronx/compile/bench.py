@@ -98,9 +98,9 @@ GENERATE_RUNS = 3  # timed generate calls per measurement, after one warm-up cal
 
 
 def _generate_tokens_per_s(model: torch.nn.Module, tokens: int, **kwargs: Any) -> float:
-    """Greedy `generate` tokens/s (median of GENERATE_RUNS) after an identical warm-up generate, which
-    compiles what it needs: the decode graph, and eager kernels for each new length of the
-    growing `input_ids`."""
+    """Greedy `generate` tokens/s (median of GENERATE_RUNS) after an identical warm-up
+    generate, which compiles what it needs: the decode graph, and eager kernels for each new
+    length of the growing `input_ids`."""
     ids = torch.randint(0, LLAMA["vocab_size"], (1, 8), generator=torch.Generator().manual_seed(0)).to(model.device)
     model.generate(ids, max_new_tokens=tokens + 1, do_sample=False, **kwargs)
     seconds = []

@@ -283,9 +283,10 @@ def jitted(run: Callable, donated: list[int], count: int) -> Callable:
     """`run(buffers, scalars)` (`count` buffers) as one executable that may overwrite the buffers
     at `donated` (storages the call writes, whose old contents die with it) instead of
     allocating new ones. Its results are committed to the device whatever its inputs: JAX keys
-    its trace cache on that, and a factory's results (no array inputs) would otherwise be
-    uncommitted, so every executable they reach would be traced and loaded a second time once
-    computed buffers arrive (an AdamW state made by `zeros_like`: 40 ms in the second step)."""
+    its compile cache on that, and a factory's results (no array inputs) would otherwise be
+    uncommitted, so every executable they reach would be lowered and compiled (or loaded) a
+    second time once computed buffers arrive (an AdamW state made by `zeros_like`: 40 ms in
+    the second step)."""
     committed = SingleDeviceSharding(device())
     if not donated:
         return jax.jit(run, out_shardings=committed)
