@@ -21,7 +21,6 @@ import torch
 from torch.fx import Node
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
-from ..eager.geometry import Geometry, contiguous_strides, numel, write
 from ..eager.kernel import (
     _DYNAMIC_SCALARS,
     Call,
@@ -38,6 +37,7 @@ from ..eager.kernel import (
 )
 from ..eager.tensor import tensor_on_new_storage
 from ..ops._dtypes import jax_dtype, torch_dtype
+from ..ops.geometry import Geometry, contiguous_strides, numel, write
 from ..runtime.debug import log, module_name
 from . import counters as metrics
 from .nodes import Rule, broadcast_operands

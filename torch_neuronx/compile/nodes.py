@@ -22,9 +22,9 @@ from torch.fx import Node
 from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 
 from .. import ops
-from ..eager.geometry import Geometry, read
 from ..eager.kernel import _DYNAMIC_SCALARS, STATIC, Kernel, _typed
 from ..ops._dtypes import torch_dtype
+from ..ops.geometry import Geometry, read
 
 aten = torch.ops.aten
 OpOverload = torch._ops.OpOverload

@@ -25,12 +25,12 @@ from jax.sharding import SingleDeviceSharding
 
 from ..ops import Lowering, collecting_checks
 from ..ops._dtypes import TO_TORCH, jax_dtype
+from ..ops.geometry import Geometry, contiguous_strides, numel, read, write
 from ..runtime.debug import log, module_name
 from ..runtime.memory import MEMORY
 from ..runtime.platform import device
 from ..runtime.rng import RNG
 from . import metrics
-from .geometry import Geometry, contiguous_strides, numel, read, write
 from .tensor import tensor_on_new_storage
 
 _TABLE = MEMORY.table

@@ -12,9 +12,9 @@ import torch
 
 from .. import ops
 from ..ops._dtypes import jax_dtype
+from ..ops.geometry import contiguous_strides, numel
 from ..runtime.memory import MEMORY
 from .dispatch import special
-from .geometry import contiguous_strides, numel
 from .kernel import Kernel
 from .tensor import _CPU, allocation, new_tensor
 from .transfer import download, to_device

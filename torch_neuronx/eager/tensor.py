@@ -10,8 +10,8 @@ from typing import Any
 
 import torch
 
+from ..ops.geometry import contiguous_strides, numel
 from ..runtime.memory import MEMORY, Allocation
-from .geometry import contiguous_strides, numel
 
 DEVICE = torch.device("neuron", 0)
 _CPU = torch._C.DispatchKeySet(torch._C.DispatchKey.CPU)

@@ -10,8 +10,8 @@ import torch
 
 from ..ops import Lowering
 from ..ops._dtypes import HOST_VIEW, jax_dtype
+from ..ops.geometry import Geometry, is_dense
 from ..runtime.platform import device
-from .geometry import Geometry, is_dense
 from .kernel import Kernel, raise_failed_checks
 from .tensor import allocation, new_tensor
 

@@ -19,9 +19,9 @@ import torch
 from jax import lax
 from torch._prims_common import canonicalize_dim
 
-from ..eager.geometry import Geometry, read, write
 from . import check, lowering
 from ._dtypes import cast, jax_dtype, promote, torch_dtype
+from .geometry import Geometry, read, write
 
 aten = torch.ops.aten
 
