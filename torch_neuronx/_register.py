@@ -11,6 +11,8 @@ from typing import Any
 import torch
 from torch.utils.backend_registration import _setup_privateuseone_for_python_backend
 
+from . import _autocast, device, pinned, storage
+
 _done = False
 _libraries: list[torch.library.Library] = []
 
@@ -56,12 +58,8 @@ def register() -> None:
     if _done:
         return
     _done = True
-    from . import device
-
     if torch._C._get_privateuse1_backend_name() != "neuron":
         _setup_privateuseone_for_python_backend("neuron", backend_module=device, hook=_Hooks(), device_guard=_Guard())
-    from . import storage
-
     storage.register()
     fallback = torch.library.Library("_", "IMPL")
     fallback.fallback(_dispatch, "PrivateUse1")
@@ -88,8 +86,6 @@ def register() -> None:
     overrides.impl("_has_compatible_shallow_copy_type", _shallow_copy_compatible, "PrivateUse1")
     _libraries.append(overrides)
     _route_accelerator_synchronize()
-    from . import _autocast, pinned
-
     _autocast.register(_libraries)
     pinned.register()
     from .distributed import register as register_distributed
@@ -116,28 +112,11 @@ def _route_accelerator_synchronize() -> None:
     def synchronize(device: Any = None) -> None:
         if device is None or torch.device(device).type == "neuron":
             if torch.accelerator.current_accelerator().type == "neuron":
-                from .device import synchronize as neuron_synchronize
-
-                return neuron_synchronize()
+                return torch.neuron.synchronize()
         return original(device)
 
     synchronize.__doc__ = original.__doc__
     torch.accelerator.synchronize = synchronize
-
-
-def route(overloads: Any) -> None:
-    """Give each lowered overload that has a CompositeExplicitAutograd kernel (convolution,
-    embedding, native_layer_norm, ...) a direct PrivateUse1 kernel: that composite kernel wins
-    over the backend fallback, so without this the lowering would never run."""
-    library = torch.library.Library("aten", "IMPL")
-    for op in overloads:
-        name = op.name()
-        if torch._C._dispatch_has_kernel_for_dispatch_key(
-            name, "CompositeExplicitAutograd"
-        ) and not torch._C._dispatch_has_kernel_for_dispatch_key(name, "PrivateUse1"):
-            short = name.split("::", 1)[1]
-            library.impl(short, _bound(short), "PrivateUse1")
-    _libraries.append(library)
 
 
 def _bound(name: str) -> Any:

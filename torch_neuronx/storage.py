@@ -65,7 +65,7 @@ def register() -> None:
         provide (FSDP2 frees and re-allocates unsharded parameters this way)."""
         if self.device.type != "neuron":
             return original_resize(self, size)
-        from .eager.special_kernels import resize_storage
+        from .eager.storage_kernels import resize_storage
 
         resize_storage(self, size)
         return self

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import counters as _metrics
+from . import counters
 
 
 def neuron_backend(gm: Any, example_inputs: list, **kwargs: Any) -> Any:
@@ -24,8 +24,8 @@ def neuron_backend(gm: Any, example_inputs: list, **kwargs: Any) -> Any:
 def metrics() -> dict[str, Any]:
     """Backend counters: graphs, compiles, cache hits, compile seconds, recompiles (with the
     reason: which input's shape/dtype changed), nodes run eagerly."""
-    return _metrics.snapshot()
+    return counters.snapshot()
 
 
 def reset_metrics() -> None:
-    _metrics.reset()
+    counters.reset()

@@ -20,7 +20,7 @@ from .. import ops
 from ..eager.dispatch import fallback_disabled
 from ..runtime import platform
 from ..runtime.debug import log
-from . import counters as metrics
+from . import counters
 from .graph import CompiledGraph
 
 OPTIONS = {"fallback_execution"}
@@ -41,7 +41,7 @@ def compile_graph(gm: GraphModule, example_inputs: list, mode: str | None = None
         )
     platform.jax()
     _note_recompile(gm, example_inputs)
-    metrics.graph()
+    counters.graph()
     name = _compile_id()
 
     def compiler(kind: str) -> Any:
@@ -98,7 +98,7 @@ def _note_recompile(gm: GraphModule, example_inputs: list) -> None:
         changes.append(f"{len(previous)} -> {len(signature)} graph inputs")
     reason = "; ".join(changes) or "guards failed on something other than input shapes/dtypes (TORCH_LOGS=recompiles)"
     where = f"frame {compile_id.frame_id} (Dynamo, compile {compile_id})"
-    metrics.recompile(where, reason)
+    counters.recompile(where, reason)
     log.info("recompiled %s: %s", where, reason)
 
 

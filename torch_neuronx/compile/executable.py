@@ -1,7 +1,7 @@
 """A run of FX nodes compiled as ONE jax.jit executable, cached per input signature.
 
-Inputs are read exactly as an eager kernel reads its arguments (`eager.kernel.Call`: each
-distinct storage once, each tensor through its geometry); mutated graph inputs are scattered
+Inputs are read exactly as an eager kernel reads its arguments (`eager.storage_io.CallInputs`:
+each distinct storage once, each tensor through its geometry); mutated graph inputs are scattered
 back into their storages inside the same executable. Outputs become new neuron tensors laid
 out with the strides PyTorch's meta kernels gave them, so views AOTAutograd regenerates from
 them see the same memory as in eager. Random nodes draw keys from the device RNG state, one
@@ -21,9 +21,9 @@ import torch
 from torch.fx import Node
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
-from ..eager.kernel import (
-    _DYNAMIC_SCALARS,
-    Call,
+from ..eager.storage_io import (
+    DYNAMIC_SCALARS,
+    CallInputs,
     buffer_positions,
     device_keys,
     is_tensor_key,
@@ -39,7 +39,7 @@ from ..eager.tensor import tensor_on_new_storage
 from ..ops._dtypes import jax_dtype, torch_dtype
 from ..ops.geometry import Geometry, contiguous_strides, numel, write
 from ..runtime.debug import log, module_name
-from . import counters as metrics
+from . import counters
 from .nodes import Rule, broadcast_operands
 
 _STATIC = "static"
@@ -53,7 +53,9 @@ class LoweringError(Exception):
         self.node, self.problem = node, problem
 
 
-class _Entry:
+class Compiled:
+    """One input signature's executable and how its outputs are made."""
+
     __slots__ = ("fn", "mutated_slots", "outputs")
 
     def __init__(self) -> None:
@@ -72,39 +74,39 @@ class Executable:
         self.materialized = broadcast_operands(nodes)
         targets = _mutation_targets(nodes, rules)
         self.written = [n for n in inputs if n in targets]  # inputs the graph writes
-        self.cache: dict[tuple, _Entry] = {}
+        self.cache: dict[tuple, Compiled] = {}
         self.last_key: tuple | None = None
 
     def run(self, env: dict) -> None:
-        call = Call()
+        call = CallInputs()
         key = [_input_key(env[n], n, call) for n in self.inputs]
-        key.append(tuple(call.fresh))
+        key.append(tuple(call.unwritten))
         key = tuple(key)
         if self.random:
             call.scalars.extend(rng_inputs(self.random))
         entry = self.cache.get(key)
         if entry is None:
             start = time.perf_counter()
-            entry = _Entry()
+            entry = Compiled()
             writable = written_slots([k for n, k in zip(self.inputs, key) if n in self.written])
             donated = buffer_positions(writable, key[-1])
             entry.fn = jitted(self._traceable(key, entry, writable), donated, len(call.buffers))
             outputs, new_buffers = entry.fn(call.buffers, call.scalars)  # traces and compiles
             if self.last_key is not None:
                 reason = describe_change(self.inputs, self.last_key, key)
-                metrics.recompile(self.name, reason)
+                counters.recompile(self.name, reason)
                 log.info("recompiled `%s`: %s", self.name, reason)
             self.cache[key] = entry
             self.last_key = key
             seconds = time.perf_counter() - start
-            metrics.compiled(seconds)
+            counters.compiled(seconds)
             log.info("compiled `%s` (%d nodes) in %.2f s", self.name, len(self.nodes), seconds)
         else:
-            metrics.hit()
+            counters.hit()
             outputs, new_buffers = entry.fn(call.buffers, call.scalars)
         self._finish(entry, call, outputs, new_buffers, env)
 
-    def _finish(self, entry: _Entry, call: Call, outputs: list, new_buffers: list, env: dict) -> None:
+    def _finish(self, entry: Compiled, call: CallInputs, outputs: list, new_buffers: list, env: dict) -> None:
         for slot, buf in zip(entry.mutated_slots, new_buffers):
             call.allocs[slot].buffer = buf
         buffers = iter(outputs)
@@ -114,12 +116,12 @@ class Executable:
 
     # ---- tracing --------------------------------------------------------------------------
 
-    def _traceable(self, key: tuple, entry: _Entry, writable: list[int]) -> Callable:
-        fresh, input_keys = key[-1], key[:-1]
+    def _traceable(self, key: tuple, entry: Compiled, writable: list[int]) -> Callable:
+        unwritten, input_keys = key[-1], key[:-1]
         by_node = dict(zip(self.inputs, input_keys))
 
         def run(buffers: list, scalars: list) -> tuple:
-            storage = load_storages(buffers, fresh)
+            storage = load_storages(buffers, unwritten)
             scal = iter(scalars)
             env = {node: _load(k, storage, scal) for node, k in zip(self.inputs, input_keys)}
             keys = iter(device_keys(next(scal), next(scal), next(scal), self.random) if self.random else ())
@@ -128,7 +130,7 @@ class Executable:
                 env[node] = self._apply(node, env, storage, by_node, keys, slots)
                 if node in self.materialized:
                     env[node] = _computed_once(env[node])
-            entry.mutated_slots = slots = with_donated(slots, writable, fresh)
+            entry.mutated_slots = slots = with_donated(slots, writable, unwritten)
             flat, entry.outputs = [], []
             for node in self.outputs:
                 leaves, tree = tree_flatten(env[node])
@@ -170,9 +172,9 @@ class Executable:
 
     def _mutate(self, node: Node, rule: Rule, result: Any, env: dict, storage: list, by_node: dict, slots: list):
         """Write new values of mutated graph inputs into their storages; the node's value."""
-        kernel = rule.kernel
-        bound = kernel.bind(node.args, node.kwargs)
-        pairs, fresh = kernel.mutations(result, bound)
+        arguments = rule.arguments
+        bound = arguments.bind(node.args, node.kwargs)
+        pairs, fresh = arguments.mutations(result, bound)
         for target, value in pairs:
             value = jnp.broadcast_to(value, env[target].shape).astype(env[target].dtype)
             slot = write_tensor(storage, by_node[target], value)
@@ -181,7 +183,7 @@ class Executable:
             env[target] = value
         pending = iter(fresh if isinstance(fresh, (tuple, list)) else (fresh,))
         current = env.__getitem__
-        results = [next(pending) if i is None else torch.fx.node.map_arg(bound[i], current) for i in kernel.returns]
+        results = [next(pending) if i is None else torch.fx.node.map_arg(bound[i], current) for i in arguments.returns]
         return results[0] if len(results) == 1 else tuple(results)
 
 
@@ -201,18 +203,18 @@ def _mutation_targets(nodes: list[Node], rules: dict) -> set[Node]:
     """The nodes that mutating nodes write (their old buffers are donated to the executable)."""
     targets: set[Node] = set()
     for node in nodes:
-        kernel = rules[node].kernel
-        if rules[node].mutated and kernel is not None:
-            bound = kernel.bind(node.args, node.kwargs)
-            for i in kernel.mutated:
+        arguments = rules[node].arguments
+        if rules[node].mutated and arguments is not None:
+            bound = arguments.bind(node.args, node.kwargs)
+            for i in arguments.mutated:
                 torch.fx.node.map_arg(bound[i], targets.add)
     return targets
 
 
-def _input_key(value: Any, node: Node, call: Call) -> Any:
+def _input_key(value: Any, node: Node, call: CallInputs) -> Any:
     if isinstance(value, torch.Tensor):
         return call.tensor(value, node.name)
-    if isinstance(value, _DYNAMIC_SCALARS):
+    if isinstance(value, DYNAMIC_SCALARS):
         call.scalars.append(value)
         return type(value)
     return (_STATIC, value)

@@ -23,9 +23,9 @@ from typing import Any
 import torch
 from torch.fx import GraphModule, Node
 
-from ..eager.kernel import Binder
+from ..eager.arguments import Binder
 from ..runtime.debug import dump_graph
-from . import counters as metrics
+from . import counters
 from .executable import Executable, LoweringError
 from .nodes import Rule, is_view, rule_for, scalar_rule
 
@@ -50,7 +50,7 @@ class _Outside:
             if done is None or node not in done:  # `done`: resuming after a node was demoted
                 env[node] = call(env)
         if self.counted:
-            metrics.eager_calls(self.counted)
+            counters.eager_calls(self.counted)
 
 
 def _thunk(node: Node) -> Any:
@@ -135,7 +135,7 @@ class CompiledGraph:
         self.rules[node] = reason
         self.eager.add(node)
         self.eager.update(u for u in node.users if u.target is operator.getitem)
-        metrics.eager_nodes[name] += 1
+        counters.eager_nodes[name] += 1
         if name not in _warned:
             _warned.add(name)
             warnings.warn(

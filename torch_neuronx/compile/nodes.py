@@ -22,7 +22,8 @@ from torch.fx import Node
 from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 
 from .. import ops
-from ..eager.kernel import _DYNAMIC_SCALARS, STATIC, Kernel, _typed
+from ..eager.arguments import STATIC, ArgumentPlan
+from ..eager.storage_io import DYNAMIC_SCALARS, typed
 from ..ops._dtypes import torch_dtype
 from ..ops.geometry import Geometry, read
 
@@ -43,7 +44,7 @@ class Rule:
     random: bool = False  # gets `key=` from the device RNG state (one offset per node)
     mutated: list[int] = field(default_factory=list)  # positions of arguments it writes
     reads_storage: bool = False  # as_strided of a graph input: reads the input's storage
-    kernel: Kernel | None = None  # the eager kernel of a mutating op (its binder and return plan)
+    arguments: ArgumentPlan | None = None  # of a mutating op: its binder and return plan, as eager
     host: bool = False  # all its tensors are CPU tensors: PyTorch CPU runs it, outside executables
 
 
@@ -143,9 +144,9 @@ def _tensor_values(node: Node) -> list[torch.Tensor]:
 
 
 def _lowered(node: Node, op: OpOverload, lowering: ops.Lowering) -> Rule | str:
-    kernel = Kernel(op, lowering)  # for its binder and argument kinds, shared with eager
-    bind, kinds, fn = kernel.bind, kernel.kinds, lowering.fn
-    for index in kernel.mutated:
+    arguments = ArgumentPlan(op, lowering)  # binds and classifies arguments as eager does
+    bind, kinds, fn = arguments.bind, arguments.kinds, lowering.fn
+    for index in arguments.mutated:
         value = bind(node.args, node.kwargs)[index]
         written = value if isinstance(value, (list, tuple)) else [value]
         if any(isinstance(w, Node) and w.op != "placeholder" for w in written):
@@ -158,11 +159,11 @@ def _lowered(node: Node, op: OpOverload, lowering: ops.Lowering) -> Rule | str:
                 values[i] = [_weak(x) for x in v] if isinstance(v, (list, tuple)) else _weak(v)
         return fn(*values) if key is None else fn(*values, key=key)
 
-    return Rule(run, random=lowering.random, mutated=kernel.mutated, kernel=kernel)
+    return Rule(run, random=lowering.random, mutated=arguments.mutated, arguments=arguments)
 
 
 def _weak(v: Any) -> Any:
-    return jnp.asarray(v) if isinstance(v, _DYNAMIC_SCALARS) else v
+    return jnp.asarray(v) if isinstance(v, DYNAMIC_SCALARS) else v
 
 
 def is_view(op: OpOverload) -> bool:
@@ -195,4 +196,4 @@ def _view(node: Node, op: OpOverload) -> Rule | str:
 
 
 def _read_view(flat: Any, meta: torch.Tensor) -> Any:
-    return read(_typed(flat, meta.dtype), Geometry(tuple(meta.shape), tuple(meta.stride()), meta.storage_offset()))
+    return read(typed(flat, meta.dtype), Geometry(tuple(meta.shape), tuple(meta.stride()), meta.storage_offset()))

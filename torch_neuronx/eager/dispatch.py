@@ -2,15 +2,20 @@
 
 own lowering -> lowering of the functional twin (in-place, out=) -> PyTorch's composite
 kernel or decomposition, which stay on device -> CPU fallback (counted, warned once, or an error when
-TORCH_NEURONX_DISABLE_FALLBACK=1). Hand-written kernels (views, copies, factories) come first.
-Kernels are built on an op's first call and kept in KERNELS.
+TORCH_NEURONX_DISABLE_FALLBACK=1). Storage kernels (factories, copies, resize) and views come first.
+Kernels are built on an op's first call and kept in KERNELS; the first build also loads the
+lowering registry and gives lowered overloads that PyTorch serves with a CompositeExplicitAutograd
+kernel (convolution, embedding, ...) a direct PrivateUse1 kernel, since that composite would
+otherwise win over the backend fallback and the lowering would never run.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import threading
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -18,26 +23,18 @@ import torch
 
 from .. import ops
 from ..ops import Lowering, is_mutating
+from ..ops._dtypes import torch_dtype
 from . import metrics
-from .kernel import Binder, Kernel
+from .arguments import Binder
+from .kernel import Kernel
+from .storage_kernels import STORAGE_KERNELS
 
 OpOverload = torch._ops.OpOverload
 KERNELS: dict[OpOverload, Callable[..., Any]] = {}
-SPECIAL: dict[OpOverload, Callable[..., Any]] = {}
+_LIBRARIES: list[torch.library.Library] = []
 _CPU = torch._C.DispatchKeySet(torch._C.DispatchKey.CPU)
 _TENSOR_OPTIONS = {"dtype", "layout", "device", "pin_memory"}
 _state = threading.local()
-
-
-def special(*overloads: OpOverload) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Register a hand-written kernel (views, transfers, factories) for these overloads."""
-
-    def register(fn: Callable[..., Any]) -> Callable[..., Any]:
-        for op in overloads:
-            SPECIAL[op] = fn
-        return fn
-
-    return register
 
 
 def kernel_for(op: OpOverload) -> Callable[..., Any]:
@@ -47,12 +44,32 @@ def kernel_for(op: OpOverload) -> Callable[..., Any]:
     return kernel
 
 
-def build(op: OpOverload) -> Callable[..., Any]:
-    from . import special_kernels  # noqa: F401  (fills SPECIAL)
-
+@functools.cache
+def _lowerings() -> dict[OpOverload, Lowering]:
+    """The lowering registry, loaded once; lowered composite overloads are routed here."""
     lowerings = ops.load()
-    if op in SPECIAL:
-        return SPECIAL[op]
+    library = torch.library.Library("aten", "IMPL")
+    for op in lowerings:
+        name = op.name()
+        if torch._C._dispatch_has_kernel_for_dispatch_key(
+            name, "CompositeExplicitAutograd"
+        ) and not torch._C._dispatch_has_kernel_for_dispatch_key(name, "PrivateUse1"):
+            library.impl(name.split("::", 1)[1], _direct(op), "PrivateUse1")
+    _LIBRARIES.append(library)
+    return lowerings
+
+
+def _direct(op: OpOverload) -> Callable[..., Any]:
+    def kernel(*args: Any, **kwargs: Any) -> Any:
+        return kernel_for(op)(*args, **kwargs)
+
+    return kernel
+
+
+def build(op: OpOverload) -> Callable[..., Any]:
+    lowerings = _lowerings()
+    if op in STORAGE_KERNELS:
+        return STORAGE_KERNELS[op]
     if op in lowerings:
         return Kernel(op, lowerings[op])
     if _is_view(op) or torch.Tag.inplace_view in op.tags:  # (in-place) views change metadata only
@@ -118,7 +135,6 @@ def functional_twin(op: OpOverload) -> OpOverload | None:
 
 def _inplace(functional: Lowering, name: str) -> Lowering:
     """Derive an in-place lowering: the functional result must fit `self` and cast to it."""
-    from ..ops._dtypes import torch_dtype
 
     def fn(self: Any, *rest: Any, **kwargs: Any) -> Any:
         result = functional.fn(self, *rest, **kwargs)
@@ -217,8 +233,6 @@ class CpuFallback:
             )
         if this.name not in _warned:
             _warned.add(this.name)
-            import warnings
-
             warnings.warn(
                 f"neuron: {this.name} has no device lowering; running it on CPU (copies in and out). "
                 "Set TORCH_NEURONX_DISABLE_FALLBACK=1 to make this an error.",

@@ -1,6 +1,7 @@
 """Device tensors: plain torch.Tensors whose storage is a device allocation (DESIGN 1-2).
 
-`new_tensor` makes one around a fresh allocation; `buffer_of` finds a tensor's flat buffer.
+`new_tensor` makes one around a fresh allocation, `to_device` one holding a copy of a CPU
+tensor; `allocation` finds a tensor's allocation.
 """
 
 from __future__ import annotations
@@ -8,10 +9,14 @@ from __future__ import annotations
 import weakref
 from typing import Any
 
+import jax
+import numpy as np
 import torch
 
+from ..ops._dtypes import HOST_VIEW, jax_dtype
 from ..ops.geometry import contiguous_strides, numel
 from ..runtime.memory import MEMORY, Allocation
+from ..runtime.platform import device
 
 DEVICE = torch.device("neuron", 0)
 _CPU = torch._C.DispatchKeySet(torch._C.DispatchKey.CPU)
@@ -70,7 +75,22 @@ def allocation(t: torch.Tensor) -> Allocation:
         ) from None
 
 
-def block_until_ready() -> None:
-    """Wait for every buffer still being computed, including those of storages already dead."""
-    for buffer in MEMORY.in_flight():
-        buffer.block_until_ready()
+def to_numpy(t: torch.Tensor) -> np.ndarray:
+    """A CPU numpy array (same bits) of a contiguous CPU tensor."""
+    host = HOST_VIEW.get(t.dtype)
+    if host is not None:
+        return t.view(host[0]).numpy().view(host[1])
+    return t.numpy()
+
+
+def upload(cpu: torch.Tensor) -> Any:
+    """A flat device buffer holding a copy of a CPU tensor's elements in row-major order."""
+    jax_dtype(cpu.dtype)  # clear error for unsupported dtypes
+    flat = cpu.detach().resolve_conj().resolve_neg().contiguous().reshape(-1)
+    # PJRT CPU may alias aligned host memory even with may_alias=False: hand it a private copy.
+    return jax.device_put(np.array(to_numpy(flat), copy=True), device())
+
+
+def to_device(cpu: torch.Tensor) -> torch.Tensor:
+    """A new contiguous neuron tensor equal to a CPU tensor."""
+    return new_tensor(cpu.shape, cpu.dtype, upload(cpu))

@@ -155,7 +155,4 @@ def load() -> dict[OpOverload, Lowering]:
         for derive in _DERIVED:
             derive()
         _loaded = True
-        from .._register import route
-
-        route(LOWERINGS)
     return LOWERINGS

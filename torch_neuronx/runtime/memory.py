@@ -115,6 +115,11 @@ class DeviceMemory:
         live = [a.buffer for a in list(self.table.values()) if a.buffer is not None]
         return [b for b in live + [b for b, _ in retired] if not b.is_deleted()]
 
+    def wait(self) -> None:
+        """Wait for every buffer still being computed, including those of storages already dead."""
+        for buffer in self.in_flight():
+            buffer.block_until_ready()
+
     def reset_peak(self) -> None:
         with self.stats.lock:
             self.stats.peak = self.stats.allocated

@@ -19,6 +19,9 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from .debug import request_xla_dumps
+from .host_heap import retain_freed_blocks
+
 
 def platform_name() -> str:
     return os.environ.get("TORCH_NEURONX_PLATFORM", "cpu").lower()
@@ -32,8 +35,6 @@ def cache_dir() -> Path:
 @functools.cache
 def jax() -> ModuleType:
     """Import and configure JAX once: x64 on, the chosen platform, the persistent cache."""
-    from .debug import request_xla_dumps
-
     request_xla_dumps()  # XLA reads its flags when its backend starts, after this
     import jax as _jax
 
@@ -43,8 +44,6 @@ def jax() -> ModuleType:
     _jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
     _jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
     if platform_name() == "cpu":
-        from .host_heap import retain_freed_blocks
-
         retain_freed_blocks()
         with _off_host_cores():
             _jax.devices()  # starts the CPU client, and so its thread pools

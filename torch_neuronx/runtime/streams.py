@@ -8,14 +8,14 @@ from typing import Any
 
 import torch
 
+from . import checks
+from .memory import MEMORY
+
 
 def synchronize() -> None:
-    """Wait for all device work queued so far."""
-    from ..eager.kernel import raise_failed_checks
-    from ..eager.tensor import block_until_ready
-
-    block_until_ready()
-    raise_failed_checks()
+    """Wait for all device work queued so far; raise a failed device-side check."""
+    MEMORY.wait()
+    checks.raise_failed()
 
 
 class Stream:

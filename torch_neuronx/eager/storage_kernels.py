@@ -1,25 +1,38 @@
-"""Hand-written kernels: factories, host<->device copies, item, storage management.
-
-These touch storages or the host directly, so they are not lowerings.
+"""Kernels that work on storages and the host directly, so are not lowerings: allocation
+(`empty`, `empty_strided`, `resize_`, `set_`), host<->device copies (`copy_`, `_to_copy`) and
+reads to the host (`item`). `STORAGE_KERNELS` maps each overload to its kernel.
 """
 
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from typing import Any
 
+import jax.numpy as jnp
 import torch
 
 from .. import ops
 from ..ops._dtypes import jax_dtype
 from ..ops.geometry import contiguous_strides, numel
 from ..runtime.memory import MEMORY
-from .dispatch import special
 from .kernel import Kernel
-from .tensor import _CPU, allocation, new_tensor
-from .transfer import download, to_device
+from .tensor import _CPU, allocation, new_tensor, to_device
+from .transfer import download
 
 aten = torch.ops.aten
+STORAGE_KERNELS: dict[torch._ops.OpOverload, Callable[..., Any]] = {}
+
+
+def storage_kernel(*overloads: torch._ops.OpOverload) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Register `fn` as the kernel of these overloads."""
+
+    def register(fn: Callable[..., Any]) -> Callable[..., Any]:
+        for op in overloads:
+            STORAGE_KERNELS[op] = fn
+        return fn
+
+    return register
 
 
 def _nbytes(shape: Any, strides: Any, dtype: torch.dtype) -> int:
@@ -28,7 +41,7 @@ def _nbytes(shape: Any, strides: Any, dtype: torch.dtype) -> int:
     return (1 + sum((n - 1) * s for n, s in zip(shape, strides))) * dtype.itemsize
 
 
-@special(aten.empty.memory_format)
+@storage_kernel(aten.empty.memory_format)
 def empty(
     size: Any,
     dtype: Any = None,
@@ -46,7 +59,7 @@ def empty(
     return new_tensor(size, dtype, strides=strides)
 
 
-@special(aten.empty_strided.default)
+@storage_kernel(aten.empty_strided.default)
 def empty_strided(
     size: Any, stride: Any, dtype: Any = None, layout: Any = None, device: Any = None, pin_memory: Any = None
 ) -> torch.Tensor:
@@ -55,7 +68,7 @@ def empty_strided(
     return new_tensor(size, dtype, strides=stride, nbytes=_nbytes(size, stride, dtype))
 
 
-@special(aten._to_copy.default)
+@storage_kernel(aten._to_copy.default)
 def to_copy(
     self: torch.Tensor,
     dtype: Any = None,
@@ -81,7 +94,7 @@ def to_copy(
     return out.copy_(self)
 
 
-@special(aten.copy_.default)
+@storage_kernel(aten.copy_.default)
 def copy_(self: torch.Tensor, src: torch.Tensor, non_blocking: bool = False) -> torch.Tensor:
     if self.device.type == "cpu":
         self.copy_(download(src))
@@ -91,24 +104,24 @@ def copy_(self: torch.Tensor, src: torch.Tensor, non_blocking: bool = False) -> 
     return _device_copy()(self, src)
 
 
-@special(aten._copy_from.default)
+@storage_kernel(aten._copy_from.default)
 def copy_from(self: torch.Tensor, dst: torch.Tensor, non_blocking: bool = False) -> torch.Tensor:
     return copy_(dst, self)
 
 
-@special(aten._copy_from_and_resize.default)
+@storage_kernel(aten._copy_from_and_resize.default)
 def copy_from_and_resize(self: torch.Tensor, dst: torch.Tensor) -> torch.Tensor:
     if dst.shape != self.shape:
         dst.resize_(self.shape)
     return copy_(dst, self)
 
 
-@special(aten._local_scalar_dense.default)
+@storage_kernel(aten._local_scalar_dense.default)
 def local_scalar_dense(self: torch.Tensor) -> Any:
     return download(self).item()
 
 
-@special(aten.resize_.default)
+@storage_kernel(aten.resize_.default)
 def resize_(self: torch.Tensor, size: Any, memory_format: Any = None) -> torch.Tensor:
     size = [int(n) for n in size]
     strides = contiguous_strides(tuple(size))
@@ -165,12 +178,10 @@ def _swap(a: torch.UntypedStorage, b: torch.UntypedStorage) -> None:
 
 
 def _grow(buffer: Any, count: int) -> Any:
-    import jax.numpy as jnp
-
     return jnp.concatenate([buffer, jnp.zeros(count - buffer.shape[0], buffer.dtype)])
 
 
-@special(aten.set_.default)
+@storage_kernel(aten.set_.default)
 def set_empty(self: torch.Tensor) -> torch.Tensor:
     empty_storage = new_tensor([0], self.dtype).untyped_storage()
     return aten.set_.source_Storage_storage_offset.redispatch(_CPU, self, empty_storage, 0, [0], [1])
@@ -186,10 +197,10 @@ for _op in (
     aten.set_.source_Tensor,
     aten.set_.source_Tensor_storage_offset,
 ):
-    special(_op)(_metadata_only(_op))
+    storage_kernel(_op)(_metadata_only(_op))
 
 
-@special(aten.record_stream.default)
+@storage_kernel(aten.record_stream.default)
 def record_stream(self: torch.Tensor, stream: Any) -> None:
     return None
 
