@@ -81,7 +81,7 @@ def test_decode_step_is_one_executable(models: tuple) -> None:
 def test_bench_train_step_runs_each_configuration_in_a_new_process() -> None:
     """The `torchneuron bench` train-step rows: the arguments reach the new process intact (the
     compiled optimizer included) and it reports a step time."""
-    from torch_neuronx.compile.bench import train_step_in_new_process
+    from torch_neuronx.bench.torch_compile import train_step_in_new_process
 
     result = train_step_in_new_process("neuron", "neuron", 1, True)
     assert result["step_s"] > 0 and result["first_step_s"] >= result["step_s"]

@@ -1,4 +1,4 @@
-"""The CI slice of the causal-LM architecture sweep (torch_neuronx/hf/sweep.py): eleven diverse
+"""The CI slice of the causal-LM architecture sweep (tools/hf_sweep.py): eleven diverse
 architectures built tiny, run on CPU and on neuron; logits, greedy tokens with the dynamic
 cache and with the static cache (compiled by the neuron backend) must match CPU."""
 
@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from torch_neuronx.hf.sweep import FAST_SLICE
+from tools.tiny_models import FAST_SLICE
 
 
 @pytest.fixture(scope="module")
 def records(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
     out = tmp_path_factory.mktemp("sweep") / "records.json"
-    cmd = [sys.executable, "-m", "torch_neuronx.hf.sweep", "--fast", "--json", str(out), "--no-report"]
+    cmd = [sys.executable, "-m", "tools.hf_sweep", "--fast", "--json", str(out), "--no-report"]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, cwd=Path(__file__).parents[1])
     assert done.returncode == 0, done.stderr[-3000:]
     return {r["model_type"]: r for r in json.loads(out.read_text())}

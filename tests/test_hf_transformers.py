@@ -15,7 +15,7 @@ import torch
 from compare import assert_same
 
 import torch_neuronx
-from torch_neuronx.hf.tiny import tiny_tokenizer
+from tools.tiny_models import tiny_tokenizer
 
 transformers = pytest.importorskip("transformers")
 from transformers import AutoModelForCausalLM, LlamaConfig  # noqa: E402

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from torch_neuronx.hf.tiny import tiny_tokenizer
+from tools.tiny_models import tiny_tokenizer
 
 trl = pytest.importorskip("trl")
 

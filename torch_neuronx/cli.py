@@ -42,22 +42,22 @@ def bench(sections: list[str], quick: bool) -> None:
     """Each section prints its table as soon as it has run."""
     for section in sections:
         if section == "ops":
-            from torch_neuronx import bench as ops_bench
+            from torch_neuronx.bench import eager_ops
 
-            ops_bench.main()
+            eager_ops.main()
         elif section == "compile":
-            from torch_neuronx.compile import bench as compile_bench
+            from torch_neuronx.bench import torch_compile
 
-            print(compile_bench.format_results(compile_bench.run(quick)))
+            print(torch_compile.format_results(torch_compile.run(quick)))
         elif section == "hf":
-            from torch_neuronx.hf import bench as hf_bench
+            from torch_neuronx.bench import hf_serving
 
-            print(hf_bench.format_results(hf_bench.run(8 if quick else 32)))
+            print(hf_serving.format_results(hf_serving.run(8 if quick else 32)))
         else:
-            from torch_neuronx.distributed import bench as dist_bench
+            from torch_neuronx.bench import collectives
 
-            sizes = (1, 16) if quick else dist_bench.DEFAULT_SIZES_MB
-            print(dist_bench.format_table(dist_bench.run(sizes_mb=sizes)))
+            sizes = (1, 16) if quick else collectives.DEFAULT_SIZES_MB
+            print(collectives.format_table(collectives.run(sizes_mb=sizes)))
         print(flush=True)
 
 

@@ -15,14 +15,7 @@ from typing import Any
 
 import torch
 
-from ..compile.bench import LLAMA
-
-
-def _save_tiny_llama(path: str) -> None:
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(0)
-    LlamaForCausalLM(LlamaConfig(**LLAMA)).save_pretrained(path)
+from .models import tiny_llama
 
 
 def serve(path: str, device: str, tokens: int = 32) -> dict[str, Any]:
@@ -36,7 +29,7 @@ def serve(path: str, device: str, tokens: int = 32) -> dict[str, Any]:
     model = AutoModelForCausalLM.from_pretrained(path, device_map=device).eval()
     first = model.generate(ids.to(device), max_new_tokens=1, **kwargs).cpu()
     load_to_first_token = time.perf_counter() - start
-    model.generate(ids.to(device), max_new_tokens=tokens + 1, **kwargs)  # warm-up, as in compile.bench
+    model.generate(ids.to(device), max_new_tokens=tokens + 1, **kwargs)  # warm-up, as in torch_compile
     start = time.perf_counter()
     out = model.generate(ids.to(device), max_new_tokens=tokens + 1, **kwargs).cpu()
     seconds = time.perf_counter() - start
@@ -50,7 +43,7 @@ def serve(path: str, device: str, tokens: int = 32) -> dict[str, Any]:
 
 def run(tokens: int = 32) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as path:
-        _save_tiny_llama(path)
+        tiny_llama("cpu").save_pretrained(path)
         results = {device: serve(path, device, tokens) for device in ("cpu", "neuron")}
     results["same_tokens"] = results["cpu"]["tokens"] == results["neuron"]["tokens"]
     return results

@@ -5,7 +5,10 @@ recipe: widths to 64, two layers, 256-token vocabulary, small heads, experts and
 per-layer lists are cut keeping the first layer of each kind (so a hybrid model keeps one
 layer of every mixer, a sliding-window model one sliding and one full layer); sub-configs
 (text, vision, audio) are shrunk the same way. `OVERRIDES` holds the few per-architecture
-settings the recipe cannot infer.
+settings the recipe cannot infer. `tiny_tokenizer()` is an offline tokenizer for them;
+`FAST_SLICE` names the architectures of the sweep's CI slice (`tools/hf_sweep.py --fast`).
+
+A developer tool for the architecture sweep and the tests: Hugging Face libraries need none of it.
 """
 
 from __future__ import annotations
@@ -13,6 +16,13 @@ from __future__ import annotations
 import warnings
 from collections.abc import Callable
 from typing import Any
+
+# The sweep's CI slice (`--fast`, tests/test_hf_architectures.py), eleven diverse architectures:
+# dense (llama, gpt2, qwen2, phi3, gpt_neox), ALiBi (bloom), MoE (mixtral), sliding window +
+# soft-capping (gemma2), hybrid attention/convolution (lfm2), a pure state-space model (mamba),
+# and an MoE whose data-dependent check breaks the compiled decode graph (dbrx: eager kernels
+# then run between compiled graphs).
+FAST_SLICE = ["llama", "gpt2", "qwen2", "phi3", "gpt_neox", "bloom", "mixtral", "gemma2", "lfm2", "mamba", "dbrx"]
 
 HIDDEN = 64
 LAYERS = 2

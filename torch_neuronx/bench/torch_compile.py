@@ -2,7 +2,7 @@
 compiled on neuron next to CPU eager and CPU inductor; static-cache decode tokens/s; and time
 to the first compiled result in a fresh process with a cold vs a warm persistent cache.
 
-`python -m torch_neuronx.compile.bench [--quick]` prints a table; `run()` returns the numbers.
+`python -m torch_neuronx.bench.torch_compile [--quick]` prints a table; `run()` returns the numbers.
 """
 
 from __future__ import annotations
@@ -19,34 +19,7 @@ from typing import Any
 
 import torch
 
-LLAMA = dict(
-    hidden_size=64,
-    intermediate_size=128,
-    num_hidden_layers=2,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    vocab_size=256,
-    max_position_embeddings=256,
-)
-
-
-# A mid-size Llama (58M parameters) where the model's work, not the per-token overhead, dominates.
-MID_LLAMA = dict(
-    hidden_size=512,
-    intermediate_size=1408,
-    num_hidden_layers=8,
-    num_attention_heads=8,
-    num_key_value_heads=8,
-    vocab_size=32000,
-    max_position_embeddings=512,
-)
-
-
-def tiny_llama(device: str, config: dict | None = None) -> torch.nn.Module:
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(0)
-    return LlamaForCausalLM(LlamaConfig(**(config or LLAMA))).to(device)
+from .models import LLAMA, MID_LLAMA, tiny_llama
 
 
 def _sync(device: str) -> None:
@@ -118,6 +91,7 @@ def decode(tokens: int = 32) -> dict[str, Any]:
     the compiled step (Transformers' mask, stopping and bookkeeping ops, the eager prefill spread
     over the tokens); and both generate loops for MID_LLAMA."""
     import torch_neuronx
+    from torch_neuronx import compile as compiled
 
     def eager_ops() -> int:
         return sum(torch_neuronx.metrics()["op_calls"].values())
@@ -125,9 +99,9 @@ def decode(tokens: int = 32) -> dict[str, Any]:
     torch._dynamo.reset()
     cpu = _generate_tokens_per_s(tiny_llama("cpu").eval(), tokens)
     model = tiny_llama("neuron").eval()
-    before, ops_before = torch_neuronx.compile.metrics(), eager_ops()
+    before, ops_before = compiled.metrics(), eager_ops()
     neuron = _generate_tokens_per_s(model, tokens, cache_implementation="static", max_cache_len=64)
-    after, ops_after = torch_neuronx.compile.metrics(), eager_ops()
+    after, ops_after = compiled.metrics(), eager_ops()
     step = _compiled_step_seconds(model)
     mid_cpu = _generate_tokens_per_s(tiny_llama("cpu", MID_LLAMA).eval(), tokens)
     mid = tiny_llama("neuron", MID_LLAMA).eval()
@@ -163,7 +137,7 @@ def _compiled_step_seconds(model: torch.nn.Module, repeat: int = 20) -> float:
 
 _FIRST_RESULT = """
 import json, time, torch, torch_neuronx, transformers.models.llama.modeling_llama
-from torch_neuronx.compile.bench import tiny_llama
+from torch_neuronx.bench.models import tiny_llama
 t0 = time.perf_counter()
 model = tiny_llama("neuron").eval()
 ids = torch.zeros(1, 16, dtype=torch.long, device="neuron")
@@ -202,7 +176,7 @@ def train_step_in_new_process(device: str, backend: str | None, steps: int, comp
     """`train_step` in a fresh process, as a user runs it: the configurations measured one
     after another would otherwise inherit each other's heap, caches and compiled state."""
     code = (
-        "import json; from torch_neuronx.compile.bench import train_step; "
+        "import json; from torch_neuronx.bench.torch_compile import train_step; "
         f"print(json.dumps(train_step({device!r}, {backend!r}, {steps}, {compile_optimizer})))"
     )
     return _python_json(code)

@@ -2,7 +2,7 @@
 to Gloo on plain CPU tensors, and FSDP2 training step time, for several process counts.
 
 Each measurement spawns its own processes (loopback TCPStore, one `neuron:0` per process) and
-returns plain dicts. `python -m torch_neuronx.distributed.bench` prints a table.
+returns plain dicts. `python -m torch_neuronx.bench.collectives` prints a table.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""`torchneuron bench`: eager per-op time on neuron next to PyTorch CPU, measured side by side.
+"""`torchneuron bench ops`: eager per-op time on neuron next to PyTorch CPU, measured side by side.
 
 Figures are medians of repeated timings; the machine is noisy, so compare the ratio columns.
 """
