@@ -397,12 +397,12 @@ def test_static_cache_update_writes_in_place() -> None:
     """The cache (a mutated graph input) is donated to the executable: each decode step updates
     it where it is instead of copying the whole cache into fresh memory; the second step keeps
     the first step's write."""
-    from torch_neuronx.runtime.memory import MEMORY
+    from torch_neuronx.runtime.memory import memory
 
     cache, cpu = torch.zeros(2, 8, 4, device="neuron"), torch.zeros(2, 8, 4)
     step = compiled(_write_cache)
     for position in (1, 5):
-        old = MEMORY.table[cache.untyped_storage().data_ptr()].buffer
+        old = memory()[cache.untyped_storage().data_ptr()].buffer
         value = torch.full((2, 1, 4), float(position))
         step(cache, torch.tensor([position], device="neuron"), value.to("neuron"))
         _write_cache(cpu, torch.tensor([position]), value)

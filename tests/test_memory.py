@@ -90,18 +90,18 @@ def test_executables_are_bounded_across_ops(monkeypatch):
 
 def test_synchronize_waits_for_dropped_results():
     """A result dropped at once (a benchmark loop) may still be computing; synchronize waits for it."""
-    from torch_neuronx.runtime.memory import MEMORY
+    from torch_neuronx.runtime.memory import memory
 
     a = torch.randn(512, 512, device="neuron")
     torch.neuron.synchronize()
     before = torch.neuron.memory_allocated()
     for _ in range(3):
         a @ a
-    pending = [buffer for buffer, _ in MEMORY.retired]
+    pending = [buffer for buffer, _ in memory().retired]
     assert pending and torch.neuron.memory_allocated() == before  # dead storages are not counted
     torch.neuron.synchronize()
     assert all(buffer.is_ready() for buffer in pending)
-    assert MEMORY.retired == []
+    assert memory().retired == []
 
 
 def test_buffers_still_computing_are_not_rescanned_on_every_allocation():
@@ -133,12 +133,12 @@ def test_in_place_ops_donate_their_storage_buffer():
     """An in-place op hands its target's old buffer to XLA to write over (donation): the new
     values land, work still reading the old values sees them, and storages the schema lets the
     op write but the lowering leaves alone (`_fused_adamw_`'s grads) stay readable."""
-    from torch_neuronx.runtime.memory import MEMORY
+    from torch_neuronx.runtime.memory import memory
 
     x = torch.randn(256, 256, device="neuron")
     original = x.cpu()
     pending = [x @ x for _ in range(4)]  # queued reads of x's current buffer
-    before = MEMORY.table[x.untyped_storage().data_ptr()].buffer
+    before = memory()[x.untyped_storage().data_ptr()].buffer
     x.add_(1.0)
     x[3:7].mul_(-2.0)
     want = original + 1.0

@@ -1,17 +1,22 @@
 """Make `neuron` a PyTorch device: PrivateUse1 rename, the `torch.neuron` module, hooks, the
 dispatcher fallback that routes every ATen op to our kernels, and the AMP dtype hook.
 
-Runs at `import torch` (autoload entry point) and must stay cheap: no JAX import here.
+Runs at `import torch` (autoload entry point) and must stay cheap: no JAX import here. Until the
+first device op, a Python fallback serves every op; that op loads the eager machinery and, where
+the native module is active (`runtime/native.py`), hands every op to the native kernel instead,
+which calls back into `_dispatch` only for what it does not serve itself.
 """
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import torch
 from torch.utils.backend_registration import _setup_privateuseone_for_python_backend
 
 from . import _autocast, device, pinned, storage
+from .runtime import native
 
 _done = False
 _libraries: list[torch.library.Library] = []
@@ -34,6 +39,8 @@ class _Guard(torch._C._acc.DeviceGuard):
 
 
 _kernels: dict = {}  # eager.dispatch.KERNELS once the eager machinery has loaded
+_python_kernels: list[torch.library.Library] = []  # the Python fallback and overrides
+_lock = threading.Lock()
 
 
 def _dispatch(op: torch._ops.OpOverload, *args: Any, **kwargs: Any) -> Any:
@@ -46,10 +53,33 @@ def _dispatch(op: torch._ops.OpOverload, *args: Any, **kwargs: Any) -> Any:
 
 def _kernel_for(op: torch._ops.OpOverload) -> Any:
     global _kernels
-    from .eager.dispatch import KERNELS, kernel_for
+    from .eager import dispatch
 
-    _kernels = KERNELS
-    return kernel_for(op)
+    with _lock:
+        if _python_kernels and native.module() is not None:
+            dispatch.connect_native(_dispatch)
+            for library in _python_kernels:
+                library._destroy()
+            _python_kernels.clear()
+            native.module().register_kernels(_overridden(), fallback=True)
+    _kernels = dispatch.KERNELS
+    return dispatch.kernel_for(op)
+
+
+def _overridden() -> list[str]:
+    """Ops whose CompositeExplicit kernels would shadow the fallback: structured ops (whose
+    composite makes an empty output and calls `.out`), the `_foreach_*` ops (whose composite
+    loops over single-tensor ops; one executable serves the whole list instead, and the ladder
+    still runs that composite when an op has no lowering; `.out` forms keep theirs, which call
+    the functional op) and the transfers we do directly."""
+    structured = torch._C._dispatch_get_registrations_for_dispatch_key("CompositeExplicitAutogradNonFunctional")
+    names = [n[len("aten::") :] for n in structured if n.startswith("aten::")]
+    foreach = [
+        n[len("aten::") :]
+        for n in torch._C._dispatch_get_all_op_names()
+        if n.startswith("aten::_foreach_") and not n.endswith("out")
+    ]
+    return [*names, *foreach, "copy_", "_to_copy", "_copy_from", "_copy_from_and_resize"]
 
 
 def register() -> None:
@@ -63,28 +93,17 @@ def register() -> None:
     storage.register()
     fallback = torch.library.Library("_", "IMPL")
     fallback.fallback(_dispatch, "PrivateUse1")
-    _libraries.append(fallback)
-    # Ops whose CompositeExplicit kernels would shadow the fallback: structured ops (whose
-    # composite makes an empty output and calls `.out`), the `_foreach_*` ops (whose composite
-    # loops over single-tensor ops; one executable serves the whole list instead, and the
-    # ladder still runs that composite when an op has no lowering; `.out` forms keep theirs,
-    # which call the functional op) and the transfers we do directly.
     overrides = torch.library.Library("aten", "IMPL")
-    structured = torch._C._dispatch_get_registrations_for_dispatch_key("CompositeExplicitAutogradNonFunctional")
-    names = [n[len("aten::") :] for n in structured if n.startswith("aten::")]
-    foreach = [
-        n[len("aten::") :]
-        for n in torch._C._dispatch_get_all_op_names()
-        if n.startswith("aten::_foreach_") and not n.endswith("out")
-    ]
-    for name in [*names, *foreach, "copy_", "_to_copy", "_copy_from", "_copy_from_and_resize"]:
+    for name in _overridden():
         overrides.impl(name, _bound(name), "PrivateUse1")
+    _python_kernels.extend([fallback, overrides])
+    shallow_copy = torch.library.Library("aten", "IMPL")
     # nn.Module.to() moves a parameter in place (`param.data = moved`, keeping the Parameter
     # object, so tied weights stay tied and optimizers keep their references) only when the two
     # tensor types are shallow-copy compatible; C++ knows the dense CPU/CUDA/XPU/... backends but
     # not PrivateUse1, so every .to("neuron") would replace each Parameter by a new one.
-    overrides.impl("_has_compatible_shallow_copy_type", _shallow_copy_compatible, "PrivateUse1")
-    _libraries.append(overrides)
+    shallow_copy.impl("_has_compatible_shallow_copy_type", _shallow_copy_compatible, "PrivateUse1")
+    _libraries.append(shallow_copy)
     _route_accelerator_synchronize()
     _autocast.register(_libraries)
     pinned.register()

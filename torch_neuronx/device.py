@@ -12,7 +12,7 @@ from typing import Any, NamedTuple
 import torch
 
 from .runtime import platform
-from .runtime.memory import MEMORY
+from .runtime.memory import memory
 from .runtime.rng import RNG
 from .runtime.streams import Event, Stream, current_stream, default_stream, set_stream, stream, synchronize
 
@@ -160,39 +160,39 @@ def get_device_name(device: Any = None) -> str:
 def get_device_properties(device: Any = None) -> DeviceProperties:
     _index(device)
     name = f"NeuronCore (PJRT {platform.platform_name()})"
-    return DeviceProperties(name, MEMORY.capacity, platform.platform_name())
+    return DeviceProperties(name, memory().capacity, platform.platform_name())
 
 
 def memory_allocated(device: Any = None) -> int:
-    return MEMORY.stats.allocated
+    return memory().stats.allocated
 
 
 def max_memory_allocated(device: Any = None) -> int:
-    return MEMORY.stats.peak
+    return memory().stats.peak
 
 
 def memory_reserved(device: Any = None) -> int:
-    return MEMORY.stats.allocated
+    return memory().stats.allocated
 
 
 def max_memory_reserved(device: Any = None) -> int:
-    return MEMORY.stats.peak
+    return memory().stats.peak
 
 
 def reset_peak_memory_stats(device: Any = None) -> None:
-    MEMORY.reset_peak()
+    memory().reset_peak()
 
 
 def reset_max_memory_allocated(device: Any = None) -> None:
-    MEMORY.reset_peak()
+    memory().reset_peak()
 
 
 def mem_get_info(device: Any = None) -> tuple[int, int]:
-    return MEMORY.capacity - MEMORY.stats.allocated, MEMORY.capacity
+    return memory().capacity - memory().stats.allocated, memory().capacity
 
 
 def memory_stats(device: Any = None) -> dict[str, int]:
-    stats = MEMORY.stats
+    stats = memory().stats
     return {
         "allocated_bytes.all.current": stats.allocated,
         "allocated_bytes.all.peak": stats.peak,

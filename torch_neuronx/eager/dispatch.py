@@ -23,16 +23,17 @@ import torch
 
 from .. import ops
 from ..ops import Lowering, is_mutating
-from ..ops._dtypes import torch_dtype
+from ..ops._dtypes import jax_dtype, torch_dtype
+from ..runtime import checks, native
 from . import metrics
 from .arguments import Binder
 from .kernel import Kernel
-from .storage_kernels import STORAGE_KERNELS
+from .storage_kernels import STORAGE_KERNELS, CpuKernel
 
 OpOverload = torch._ops.OpOverload
 KERNELS: dict[OpOverload, Callable[..., Any]] = {}
 _LIBRARIES: list[torch.library.Library] = []
-_CPU = torch._C.DispatchKeySet(torch._C.DispatchKey.CPU)
+_NATIVE = native.module()
 _TENSOR_OPTIONS = {"dtype", "layout", "device", "pin_memory"}
 _state = threading.local()
 
@@ -48,13 +49,19 @@ def kernel_for(op: OpOverload) -> Callable[..., Any]:
 def _lowerings() -> dict[OpOverload, Lowering]:
     """The lowering registry, loaded once; lowered composite overloads are routed here."""
     lowerings = ops.load()
+    routed = [
+        op
+        for op in lowerings
+        if torch._C._dispatch_has_kernel_for_dispatch_key(op.name(), "CompositeExplicitAutograd")
+        and not torch._C._dispatch_has_kernel_for_dispatch_key(op.name(), "PrivateUse1")
+    ]
+    names = [op.name().split("::", 1)[1] for op in routed]
+    if _NATIVE is not None:
+        _NATIVE.register_kernels(names, fallback=False)
+        return lowerings
     library = torch.library.Library("aten", "IMPL")
-    for op in lowerings:
-        name = op.name()
-        if torch._C._dispatch_has_kernel_for_dispatch_key(
-            name, "CompositeExplicitAutograd"
-        ) and not torch._C._dispatch_has_kernel_for_dispatch_key(name, "PrivateUse1"):
-            library.impl(name.split("::", 1)[1], _direct(op), "PrivateUse1")
+    for op, name in zip(routed, names):
+        library.impl(name, _direct(op), "PrivateUse1")
     _LIBRARIES.append(library)
     return lowerings
 
@@ -66,23 +73,60 @@ def _direct(op: OpOverload) -> Callable[..., Any]:
     return kernel
 
 
+_CPU_SCALAR_DTYPES = (
+    torch.float64,
+    torch.float32,
+    torch.float16,
+    torch.bfloat16,
+    torch.int64,
+    torch.int32,
+    torch.int16,
+    torch.int8,
+    torch.uint8,
+    torch.bool,
+    torch.complex64,
+    torch.complex128,
+)
+
+
+def connect_native(entry: Callable[..., Any]) -> None:
+    """Give the native module what its kernel needs from Python: `entry(op, *args, **kwargs)`
+    runs a call in Python, `describe` says how to serve each op, the deferred-check queue, and
+    the numpy dtype a CPU scalar tensor joins an executable as (as `CallInputs.foreign`)."""
+    numpy_dtypes = {dtype: jax_dtype(dtype) for dtype in _CPU_SCALAR_DTYPES}
+    _NATIVE.configure(entry, describe, checks.PENDING, checks.raise_failed, checks.MAX_PENDING, numpy_dtypes)
+
+
+def describe(op: OpOverload) -> list[int] | str | None:
+    """How the native kernel serves `op`: the argument kinds of a keyed lowering kernel (it keys
+    the calls and serves those it has an executable for), "cpu" for a CPU kernel (it redispatches
+    itself), None for any other kernel (it runs this module's)."""
+    try:
+        kernel = kernel_for(op)
+    except Exception:  # the call itself reports the error, through the Python kernel
+        return None
+    if isinstance(kernel, CpuKernel):
+        return "cpu"
+    if isinstance(kernel, Kernel) and kernel.keyed:
+        return list(kernel.kinds)
+    return None
+
+
 def build(op: OpOverload) -> Callable[..., Any]:
     lowerings = _lowerings()
     if op in STORAGE_KERNELS:
         return STORAGE_KERNELS[op]
     if op in lowerings:
-        return Kernel(op, lowerings[op])
+        return Kernel(op, lowerings[op], keyed=True)
     if _is_view(op) or torch.Tag.inplace_view in op.tags:  # (in-place) views change metadata only
-        handle = op._handle
-        return lambda *args, **kwargs: handle.redispatch_boxed(_CPU, *args, **kwargs)
+        return CpuKernel(op)
     twin = functional_twin(op)
     if twin is not None and twin in lowerings:
         if _out_indices(op):
             return OutKernel(op, twin)
-        return Kernel(op, _inplace(lowerings[twin], str(op)))
+        return Kernel(op, _inplace(lowerings[twin], str(op)), keyed=True)
     if _has_composite(op):
-        handle = op._handle
-        return lambda *args, **kwargs: handle.redispatch_boxed(_CPU, *args, **kwargs)
+        return CpuKernel(op)
     decomposition = _decompositions().get(op)
     if decomposition is not None:
         return Decomposed(op, decomposition)

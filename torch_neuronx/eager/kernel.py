@@ -12,6 +12,11 @@ Executables are kept per op and in the whole process up to a bound, the oldest d
 each holds compiled code (about three memory mappings and 1.5 MiB on the CPU platform), and a
 process meeting thousands of shapes (generate's growing input_ids, a sweep) would otherwise run
 out of mappings. XLA's persistent cache makes building one again cheap.
+
+A keyed kernel (the one the dispatcher runs for its op, with no random or data-dependent-size
+lowering) tells the native module about each executable it runs (`remember`), so the module
+serves the next call with the same key without entering Python; dropping an executable from
+the cache drops it there too (`forget`).
 """
 
 from __future__ import annotations
@@ -31,12 +36,14 @@ from ..ops import Lowering, collecting_checks
 from ..ops._dtypes import TO_TORCH
 from ..ops.geometry import contiguous_strides, numel
 from ..runtime import checks as device_checks
+from ..runtime import native
 from ..runtime.debug import log, module_name
 from . import metrics
 from .arguments import OPT_TENSOR, SCALAR, SCALAR_LIST, STATIC, TENSOR, TENSOR_LIST, ArgumentPlan
 from .storage_io import (
     DYNAMIC_SCALARS,
     CallInputs,
+    Donating,
     buffer_positions,
     device_key,
     jitted,
@@ -50,6 +57,7 @@ from .storage_io import (
 from .tensor import tensor_on_new_storage, to_device
 
 _hits = metrics.hits
+_NATIVE = native.module()
 jax.monitoring.register_event_duration_secs_listener(metrics.count_lowering)
 MAX_EXECUTABLES_PER_OP = 512
 MAX_EXECUTABLES = 2048
@@ -78,7 +86,7 @@ def _uploaded(t: Any) -> Any:
 class CachedExecutable:
     """One signature's compiled executable and what its outputs are."""
 
-    __slots__ = ("checks", "fn", "mutated_slots", "out_meta", "single", "tree")
+    __slots__ = ("checks", "fn", "mutated_slots", "native_returns", "out_meta", "single", "tree")
 
     def __init__(self) -> None:
         self.fn: Any = None
@@ -87,6 +95,7 @@ class CachedExecutable:
         self.tree: Any = None
         self.mutated_slots: list = []
         self.single = False
+        self.native_returns: list | None = None  # how the native module makes the op's returns
 
 
 def _out_meta(shape: tuple, dtype: torch.dtype) -> tuple:
@@ -99,13 +108,18 @@ def _bounded_insert(cache: dict, key: tuple, entry: Any) -> None:
     beyond their bounds."""
     while cache and len(cache) >= MAX_EXECUTABLES_PER_OP:
         oldest = next(iter(cache))
-        del cache[oldest]
+        _forget(cache.pop(oldest))
         _LIVE.pop((id(cache), oldest), None)
     while _LIVE and len(_LIVE) >= MAX_EXECUTABLES:
         (_, oldest), owner = _LIVE.popitem(last=False)
-        owner.pop(oldest, None)
+        _forget(owner.pop(oldest, None))
     cache[key] = entry
     _LIVE[(id(cache), key)] = cache
+
+
+def _forget(entry: Any) -> None:
+    if _NATIVE is not None and entry is not None:
+        _NATIVE.forget(entry)
 
 
 def live_executables() -> int:
@@ -116,11 +130,18 @@ def live_executables() -> int:
 class Kernel(ArgumentPlan):
     """Runs `op` through `lowering`; writes mutated arguments back through their geometry."""
 
-    def __init__(self, op: torch._ops.OpOverload, lowering: Lowering) -> None:
+    def __init__(self, op: torch._ops.OpOverload, lowering: Lowering, keyed: bool = False) -> None:
         super().__init__(op, lowering)
         self.lowering = lowering
         self.cache: dict[tuple, CachedExecutable] = {}
         self.size_cache: dict[tuple, CachedExecutable] = {}
+        # whether the native module may key this op's calls and serve them (module docstring)
+        self.keyed = (
+            keyed
+            and _NATIVE is not None
+            and not (lowering.random or lowering.size is not None or self.item_returns)
+            and len(op._schema.returns) == len([r for r in op._schema.returns if "Tensor" in str(r.type)])
+        )
 
     def __call__(this, *args: Any, **kwargs: Any) -> Any:  # noqa: N805 - `self` is an ATen argument name
         values = this.bind(args, kwargs)
@@ -163,7 +184,40 @@ class Kernel(ArgumentPlan):
             device_checks.defer(flags, entry.checks, this.name)
         for slot, buf in zip(entry.mutated_slots, new_buffers):
             call.allocs[slot].buffer = buf
-        return this._returns(entry, outputs, values)
+        results = this._returns(entry, outputs, values)
+        if this.keyed:
+            this._remember(entry)
+        return results
+
+    def _remember(self, entry: CachedExecutable) -> None:
+        """Offer this call's executable to the native module (it keeps it if it keyed the call)."""
+        if entry.native_returns is None:
+            entry.native_returns = self._native_returns(entry)
+        if entry.native_returns is False:
+            return
+        fn = entry.fn
+        jit, donated, kept = (fn.jit, fn.donated, fn.kept) if isinstance(fn, Donating) else (fn, [], [])
+        checks = entry.checks or None
+        _NATIVE.remember(
+            self.op, entry, jit, donated, kept, entry.out_meta, entry.mutated_slots, checks, entry.native_returns
+        )
+
+    def _native_returns(self, entry: CachedExecutable) -> list | bool:
+        """Per schema return: (0, argument index, 0) for an argument returned as is, (1, output, 0)
+        for a fresh tensor, (2, first output, count) for a fresh Tensor[]; False where the
+        results are shaped otherwise."""
+        leaves = len(entry.out_meta)
+        tree = entry.tree
+        fresh = [i for i, source in enumerate(self.returns) if source is None]
+        if self.mutated and not fresh:
+            return [(0, source, 0) for source in self.returns]
+        if len(self.returns) == 1 and str(self.op._schema.returns[0].type) == "List[Tensor]":
+            same = tree == jax.tree_util.tree_structure([0] * leaves)
+            return [(2, 0, leaves)] if same and not self.mutated else False
+        if tree != jax.tree_util.tree_structure(tuple(range(leaves)) if len(fresh) > 1 else 0):
+            return False
+        outputs = iter(range(leaves))
+        return [(1, next(outputs), 0) if source is None else (0, source, 0) for source in self.returns]
 
     def _name_error(self, error: Exception, call: CallInputs) -> None:
         """Prefix an error a lowering raised (PyTorch's message) with the op and its dtypes."""

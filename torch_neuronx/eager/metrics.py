@@ -7,6 +7,8 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
+from ..runtime import native
+
 hits: Counter = Counter()
 misses: Counter = Counter()
 compile_seconds: Counter = Counter()
@@ -22,9 +24,11 @@ def miss(op: str, seconds: float) -> None:
 
 
 def snapshot() -> dict[str, Any]:
-    calls = hits + misses
+    """The counters now; hits include those the native module served."""
+    served = hits + Counter(native.module().hit_counts() if native.module() else {})
+    calls = served + misses
     return {
-        "cache_hits": sum(hits.values()),
+        "cache_hits": sum(served.values()),
         "cache_misses": sum(misses.values()),
         "compile_seconds": round(sum(compile_seconds.values()), 4),
         "op_calls": dict(calls.most_common()),
@@ -37,6 +41,8 @@ def snapshot() -> dict[str, Any]:
 def reset() -> None:
     for counter in (hits, misses, compile_seconds, fallbacks, decompositions, xla_lowerings):
         counter.clear()
+    if native.module():
+        native.module().reset_hit_counts()
 
 
 def count_lowering(event: str, seconds: float, **metadata: Any) -> None:

@@ -21,12 +21,12 @@ from jax.sharding import SingleDeviceSharding
 
 from ..ops._dtypes import TO_TORCH, jax_dtype
 from ..ops.geometry import Geometry, read, write
-from ..runtime.memory import MEMORY
+from ..runtime.memory import memory
 from ..runtime.platform import device
 from ..runtime.rng import RNG
 
 DYNAMIC_SCALARS = (float, complex)  # Python numbers passed as executable inputs, keyed by type
-_TABLE = MEMORY.table
+_MEMORY = memory()
 
 
 class CallInputs:
@@ -49,7 +49,7 @@ class CallInputs:
             addr = t.untyped_storage().data_ptr()
             slot = self.slots.get(addr)
             if slot is None:
-                alloc = _TABLE[addr]
+                alloc = _MEMORY[addr]
                 slot = self.slots[addr] = len(self.allocs)
                 self.allocs.append(alloc)
                 buffer = alloc.buffer
@@ -173,6 +173,19 @@ def buffer_positions(slots: list[int], unwritten: tuple) -> list[int]:
     return [i for i, slot in enumerate(held) if slot in slots]
 
 
+class Donating:
+    """A jitted `run(buffers, scalars)` that donates the buffers at `donated`: `jit` takes
+    (those buffers, the others at `kept`, scalars)."""
+
+    __slots__ = ("donated", "jit", "kept")
+
+    def __init__(self, jit: Callable, donated: list[int], kept: list[int]) -> None:
+        self.jit, self.donated, self.kept = jit, donated, kept
+
+    def __call__(self, buffers: list, scalars: list) -> Any:
+        return self.jit([buffers[i] for i in self.donated], [buffers[i] for i in self.kept], scalars)
+
+
 def jitted(run: Callable, donated: list[int], count: int) -> Callable:
     """`run(buffers, scalars)` (`count` buffers) as one executable that may overwrite the buffers
     at `donated` (storages the call writes, whose old contents die with it) instead of
@@ -193,12 +206,7 @@ def jitted(run: Callable, donated: list[int], count: int) -> Callable:
         return run(buffers, scalars)
 
     split.__name__ = split.__qualname__ = run.__name__
-    executable = jax.jit(split, donate_argnums=0, out_shardings=committed)
-
-    def call(buffers: list, scalars: list) -> Any:
-        return executable([buffers[i] for i in donated], [buffers[i] for i in kept], scalars)
-
-    return call
+    return Donating(jax.jit(split, donate_argnums=0, out_shardings=committed), donated, kept)
 
 
 # ---- random numbers -------------------------------------------------------------------------

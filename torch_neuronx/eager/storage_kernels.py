@@ -15,7 +15,7 @@ import torch
 from .. import ops
 from ..ops._dtypes import jax_dtype
 from ..ops.geometry import contiguous_strides, numel
-from ..runtime.memory import MEMORY
+from ..runtime.memory import memory
 from .kernel import Kernel
 from .tensor import _CPU, allocation, new_tensor, to_device
 from .transfer import download
@@ -147,7 +147,7 @@ def resize_storage(storage: torch.UntypedStorage, nbytes: int) -> None:
     nbytes = int(nbytes)
     if nbytes < 0:
         raise RuntimeError(f"neuron: storage resize_ to a negative size ({nbytes})")
-    old = MEMORY.table[storage.data_ptr()]
+    old = memory()[storage.data_ptr()]
     dtype = old.dtype or torch.uint8
     count, partial = divmod(nbytes, dtype.itemsize)
     buffer = None
@@ -172,9 +172,7 @@ def _swap(a: torch.UntypedStorage, b: torch.UntypedStorage) -> None:
     """Trade the allocations of two storages; each one's finalizer then frees what it holds."""
     addr_a, addr_b = a.data_ptr(), b.data_ptr()
     a._swap_data_ptr_(b)
-    alloc_a, alloc_b = MEMORY.table[addr_a], MEMORY.table[addr_b]
-    alloc_a.ref, alloc_b.ref = alloc_b.ref, alloc_a.ref
-    alloc_a.ref.addr, alloc_b.ref.addr = addr_a, addr_b
+    memory().swapped(addr_a, addr_b)
 
 
 def _grow(buffer: Any, count: int) -> Any:
@@ -187,8 +185,15 @@ def set_empty(self: torch.Tensor) -> torch.Tensor:
     return aten.set_.source_Storage_storage_offset.redispatch(_CPU, self, empty_storage, 0, [0], [1])
 
 
-def _metadata_only(op: torch._ops.OpOverload) -> Any:
-    return lambda *args, **kwargs: op._handle.redispatch_boxed(_CPU, *args, **kwargs)
+class CpuKernel:
+    """Runs the op's CPU kernel on neuron tensors: exact where the op changes metadata only
+    (views, `set_`), or is a composite whose pieces dispatch back to neuron."""
+
+    def __init__(self, op: torch._ops.OpOverload) -> None:
+        self.handle = op._handle
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.handle.redispatch_boxed(_CPU, *args, **kwargs)
 
 
 for _op in (
@@ -197,7 +202,7 @@ for _op in (
     aten.set_.source_Tensor,
     aten.set_.source_Tensor_storage_offset,
 ):
-    storage_kernel(_op)(_metadata_only(_op))
+    storage_kernel(_op)(CpuKernel(_op))
 
 
 @storage_kernel(aten.record_stream.default)

@@ -1,7 +1,9 @@
 """Device tensors: plain torch.Tensors whose storage is a device allocation (DESIGN 1-2).
 
 `new_tensor` makes one around a fresh allocation, `to_device` one holding a copy of a CPU
-tensor; `allocation` finds a tensor's allocation.
+tensor; `allocation` finds a tensor's allocation. With the native module the storage is made
+there and frees its allocation when it dies; on the pure-Python path a weak-reference finalizer
+on the storage does.
 """
 
 from __future__ import annotations
@@ -15,7 +17,8 @@ import torch
 
 from ..ops._dtypes import HOST_VIEW, jax_dtype
 from ..ops.geometry import contiguous_strides, numel
-from ..runtime.memory import MEMORY, Allocation
+from ..runtime import native
+from ..runtime.memory import Allocation, memory
 from ..runtime.platform import device
 
 DEVICE = torch.device("neuron", 0)
@@ -23,7 +26,7 @@ _CPU = torch._C.DispatchKeySet(torch._C.DispatchKey.CPU)
 _set_storage = torch.ops.aten.set_.source_Storage_storage_offset._handle
 _create = torch._C._acc.create_empty_tensor
 _storage_at = torch._C._construct_storage_from_data_pointer
-_TABLE = MEMORY.table
+_MEMORY = memory()
 
 
 class _StorageRef(weakref.ref):
@@ -33,7 +36,7 @@ class _StorageRef(weakref.ref):
 
 
 def _release(ref: _StorageRef) -> None:
-    MEMORY.free(ref.addr)
+    _MEMORY.free(ref.addr)
 
 
 def new_tensor(
@@ -53,10 +56,10 @@ def new_tensor(
     return tensor_on_new_storage(shape, dtype, tuple(strides), nbytes, buffer)
 
 
-def tensor_on_new_storage(shape: tuple, dtype: torch.dtype, strides: tuple, nbytes: int, buffer: Any) -> torch.Tensor:
-    """`new_tensor` with every argument given: the eager hot path, which computes them once
-    per executable."""
-    addr, alloc = MEMORY.allocate(nbytes, buffer, dtype)
+def _python_tensor_on_new_storage(
+    shape: tuple, dtype: torch.dtype, strides: tuple, nbytes: int, buffer: Any
+) -> torch.Tensor:
+    addr, alloc = _MEMORY.allocate(nbytes, buffer, dtype)
     storage = _storage_at(addr, DEVICE, nbytes)
     alloc.ref = ref = _StorageRef(storage, _release)
     ref.addr = addr
@@ -65,9 +68,15 @@ def tensor_on_new_storage(shape: tuple, dtype: torch.dtype, strides: tuple, nbyt
     return t
 
 
+# `new_tensor` with every argument given: the eager hot path, which computes them once per executable.
+tensor_on_new_storage = (
+    _python_tensor_on_new_storage if native.module() is None else native.module().tensor_on_new_storage
+)
+
+
 def allocation(t: torch.Tensor) -> Allocation:
     try:
-        return _TABLE[t.untyped_storage().data_ptr()]
+        return _MEMORY[t.untyped_storage().data_ptr()]
     except KeyError:
         raise RuntimeError(
             f"neuron: tensor of shape {tuple(t.shape)} has no live device storage "

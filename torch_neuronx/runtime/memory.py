@@ -2,17 +2,22 @@
 
 An address is handed out per storage and never reused. The runtime maps it to the storage's
 buffer (a 1-D jax.Array of the storage's elements, or None until first written) and accounts
-its bytes exactly from allocation until the storage dies.
+its bytes exactly from allocation until the storage dies. `memory()` is the process's device
+memory, chosen on first use: the native module's (whose storages free themselves when they die)
+or `DeviceMemory`, its pure-Python twin (whose storages carry a finalizer that frees them).
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+
+from . import native
 
 _ALIGN = 512
 _BASE = 0x1000_0000_0000
@@ -47,7 +52,10 @@ def capacity_bytes() -> int:
 
 
 class DeviceMemory:
-    """Address -> Allocation table with exact accounting and a capacity limit."""
+    """Address -> Allocation table with exact accounting and a capacity limit.
+
+    `memory[addr]` is the allocation of a live storage (KeyError otherwise), `memory.get(addr)`
+    the same or None."""
 
     def __init__(self) -> None:
         self.table: dict[int, Allocation] = {}
@@ -57,6 +65,12 @@ class DeviceMemory:
         self.retired: list = []  # (buffer, nbytes) of dead storages, possibly still being computed
         self._retired_bytes = 0
         self._prune_at = (_PRUNE_COUNT, _PRUNE_BYTES)  # retired count or bytes that trigger a prune
+
+    def __getitem__(self, addr: int) -> Allocation:
+        return self.table[addr]
+
+    def get(self, addr: int) -> Allocation | None:
+        return self.table.get(addr)
 
     def allocate(self, nbytes: int, buffer: Any = None, dtype: Any = None) -> tuple[int, Allocation]:
         stats = self.stats
@@ -115,18 +129,29 @@ class DeviceMemory:
         live = [a.buffer for a in list(self.table.values()) if a.buffer is not None]
         return [b for b in live + [b for b, _ in retired] if not b.is_deleted()]
 
-    def wait(self) -> None:
-        """Wait for every buffer still being computed, including those of storages already dead."""
-        for buffer in self.in_flight():
-            buffer.block_until_ready()
-
     def reset_peak(self) -> None:
         with self.stats.lock:
             self.stats.peak = self.stats.allocated
+
+    def swapped(self, addr_a: int, addr_b: int) -> None:
+        """Two storages traded their addresses: each one's finalizer now frees what it holds."""
+        alloc_a, alloc_b = self.table[addr_a], self.table[addr_b]
+        alloc_a.ref, alloc_b.ref = alloc_b.ref, alloc_a.ref
+        alloc_a.ref.addr, alloc_b.ref.addr = addr_a, addr_b
 
 
 def _fmt(n: int) -> str:
     return f"{n / 2**20:.2f} MiB"
 
 
-MEMORY = DeviceMemory()
+@functools.cache
+def memory() -> DeviceMemory:
+    """The device memory of this process (the native module's when it is active)."""
+    module = native.module()
+    return DeviceMemory() if module is None else module.init(capacity_bytes())
+
+
+def wait_in_flight() -> None:
+    """Wait for every buffer still being computed, including those of storages already dead."""
+    for buffer in memory().in_flight():
+        buffer.block_until_ready()

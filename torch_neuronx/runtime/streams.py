@@ -9,12 +9,12 @@ from typing import Any
 import torch
 
 from . import checks
-from .memory import MEMORY
+from .memory import wait_in_flight
 
 
 def synchronize() -> None:
     """Wait for all device work queued so far; raise a failed device-side check."""
-    MEMORY.wait()
+    wait_in_flight()
     checks.raise_failed()
 
 

@@ -1,0 +1,726 @@
+// The eager hot path of the `neuron` device (DESIGN 10): device memory and the PrivateUse1
+// kernel that serves a cached executable without entering Python code of ours.
+//
+// Memory: each storage is a unique fake address mapped to an Allocation holding its flat
+// jax.Array (or None until first written). A storage made here carries a DataPtr whose deleter
+// queues its address; the queue is reaped under the GIL (freeing the bytes, retiring the buffer
+// until it is computed), so a storage can die on any thread without Python.
+//
+// Kernel: one boxed function serves every neuron op. Per op, Python says once what its kernel
+// is (`describe`): a lowering kernel, whose calls this module keys; a metadata-only kernel,
+// redispatched to the CPU kernel here; or anything else, always run in Python. A keyed call
+// whose key has an entry launches its executable and makes its outputs here. Any other call
+// runs the Python dispatcher; a lowering kernel then `remember`s its executable under the key
+// computed here, so the next such call hits. Everything runs holding the GIL.
+
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/core/stack.h>
+#include <c10/core/StorageImpl.h>
+#include <c10/core/TensorImpl.h>
+#include <c10/util/Exception.h>
+#include <torch/csrc/Dtype.h>
+#include <torch/csrc/DynamicTypes.h>
+#include <torch/csrc/jit/python/pybind_utils.h>
+#include <torch/csrc/utils/pybind.h>
+#include <torch/library.h>
+
+#include <atomic>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace py = pybind11;
+
+namespace {
+
+constexpr uint64_t kBase = 0x100000000000ULL;
+constexpr uint64_t kAlign = 512;
+constexpr size_t kPruneCount = 64;
+constexpr int64_t kPruneBytes = 64LL << 20;
+const c10::Device kDevice(c10::DeviceType::PrivateUse1, 0);
+
+py::object dtype_object(c10::ScalarType t) {
+  return py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject*>(torch::getTHPDtype(t)));
+}
+
+c10::ScalarType scalar_type_of(const py::handle& dtype) {
+  if (dtype.is_none()) return c10::ScalarType::Undefined;
+  TORCH_CHECK(THPDtype_Check(dtype.ptr()), "neuron: expected a torch.dtype");
+  return reinterpret_cast<THPDtype*>(dtype.ptr())->scalar_type;
+}
+
+// ---- device memory ------------------------------------------------------------------------
+
+struct Allocation {
+  py::object buffer = py::none();  // flat jax.Array, or None while never written
+  int64_t nbytes = 0;
+  c10::ScalarType dtype = c10::ScalarType::Undefined;  // of the buffer's elements
+};
+
+struct Stats {
+  int64_t allocated = 0, peak = 0, num_alloc = 0, num_free = 0, num_ooms = 0;
+};
+
+class Memory {
+ public:
+  explicit Memory(int64_t capacity) : capacity(capacity) {}
+
+  std::pair<uint64_t, std::shared_ptr<Allocation>> allocate(int64_t nbytes, py::object buffer, c10::ScalarType dtype) {
+    reap();
+    prune_retired();
+    if (stats.allocated + nbytes > capacity) {
+      stats.num_ooms += 1;
+      TORCH_CHECK_WITH(OutOfMemoryError, false, "neuron: out of memory allocating ", mib(nbytes), " (",
+                       mib(stats.allocated), " of ", mib(capacity),
+                       " in use). Free tensors, use smaller batches, or raise TORCH_NEURONX_MEMORY_GB.");
+    }
+    stats.allocated += nbytes;
+    stats.num_alloc += 1;
+    stats.peak = std::max(stats.peak, stats.allocated);
+    uint64_t addr = next_;
+    next_ += std::max<uint64_t>(kAlign, (static_cast<uint64_t>(nbytes) + kAlign - 1) / kAlign * kAlign);
+    auto alloc = std::make_shared<Allocation>();
+    alloc->buffer = std::move(buffer);
+    alloc->nbytes = nbytes;
+    alloc->dtype = dtype;
+    table.emplace(addr, alloc);
+    return {addr, alloc};
+  }
+
+  // Any thread, GIL or not: the storage at `addr` died.
+  void release(uint64_t addr) {
+    std::lock_guard<std::mutex> lock(dead_mutex_);
+    dead_.push_back(addr);
+    has_dead_.store(true, std::memory_order_release);
+  }
+
+  // GIL held: free the storages that died since the last reap.
+  void reap() {
+    if (!has_dead_.load(std::memory_order_acquire)) return;
+    std::vector<uint64_t> dead;
+    {
+      std::lock_guard<std::mutex> lock(dead_mutex_);
+      dead.swap(dead_);
+      has_dead_.store(false, std::memory_order_release);
+    }
+    for (uint64_t addr : dead) {
+      auto it = table.find(addr);
+      if (it == table.end()) continue;
+      auto alloc = std::move(it->second);
+      table.erase(it);
+      stats.allocated -= alloc->nbytes;
+      stats.num_free += 1;
+      if (!alloc->buffer.is_none()) {
+        retired_bytes_ += alloc->nbytes;
+        retired_.emplace_back(std::move(alloc->buffer), alloc->nbytes);
+      }
+    }
+  }
+
+  // Dead storages' buffers are kept until computed: a result dropped at once may still be in
+  // flight, and synchronize() must wait for it too. Finished ones go once _PRUNE_COUNT more
+  // buffers or _PRUNE_BYTES more bytes than the last prune kept are retired.
+  void prune_retired() {
+    if (retired_.size() < prune_count_ && retired_bytes_ < prune_bytes_) return;
+    std::vector<std::pair<py::object, int64_t>> kept;
+    int64_t bytes = 0;
+    for (auto& [buffer, n] : retired_) {
+      if (buffer.attr("is_deleted")().cast<bool>() || buffer.attr("is_ready")().cast<bool>()) continue;
+      bytes += n;
+      kept.emplace_back(std::move(buffer), n);
+    }
+    retired_.swap(kept);
+    retired_bytes_ = bytes;
+    prune_count_ = retired_.size() + kPruneCount;
+    prune_bytes_ = retired_bytes_ + kPruneBytes;
+  }
+
+  py::list in_flight() {
+    reap();
+    py::list found;
+    for (auto& [addr, alloc] : table)
+      if (!alloc->buffer.is_none() && !alloc->buffer.attr("is_deleted")().cast<bool>()) found.append(alloc->buffer);
+    for (auto& [buffer, n] : retired_)
+      if (!buffer.attr("is_deleted")().cast<bool>()) found.append(buffer);
+    retired_.clear();
+    retired_bytes_ = 0;
+    prune_count_ = kPruneCount;
+    prune_bytes_ = kPruneBytes;
+    return found;
+  }
+
+  py::list retired() const {
+    py::list found;
+    for (auto& [buffer, n] : retired_) found.append(py::make_tuple(buffer, n));
+    return found;
+  }
+
+  std::shared_ptr<Allocation> find(uint64_t addr) {
+    auto it = table.find(addr);
+    return it == table.end() ? nullptr : it->second;
+  }
+
+  Stats stats;
+  int64_t capacity;
+  std::unordered_map<uint64_t, std::shared_ptr<Allocation>> table;
+
+ private:
+  static std::string mib(int64_t n) {
+    char text[32];
+    std::snprintf(text, sizeof(text), "%.2f MiB", static_cast<double>(n) / (1 << 20));
+    return text;
+  }
+
+  uint64_t next_ = kBase;
+  std::vector<std::pair<py::object, int64_t>> retired_;
+  int64_t retired_bytes_ = 0;
+  size_t prune_count_ = kPruneCount;
+  int64_t prune_bytes_ = kPruneBytes;
+  std::mutex dead_mutex_;
+  std::vector<uint64_t> dead_;
+  std::atomic<bool> has_dead_{false};
+};
+
+// Never destroyed: storages may die after the interpreter has gone.
+Memory* memory_ = nullptr;
+
+Memory& memory() {
+  TORCH_CHECK(memory_ != nullptr, "neuron: the native device memory is not initialised");
+  return *memory_;
+}
+
+void release_storage(void* ctx) { memory_->release(reinterpret_cast<uint64_t>(ctx)); }
+
+at::Tensor tensor_on_new_storage(c10::IntArrayRef shape, c10::ScalarType dtype, c10::IntArrayRef strides,
+                                 int64_t nbytes, py::object buffer) {
+  auto [addr, alloc] = memory().allocate(nbytes, std::move(buffer), dtype);
+  void* ptr = reinterpret_cast<void*>(addr);
+  c10::Storage storage(c10::make_intrusive<c10::StorageImpl>(c10::StorageImpl::use_byte_size_t(), nbytes,
+                                                             c10::DataPtr(ptr, ptr, &release_storage, kDevice),
+                                                             nullptr, false));
+  auto t = at::detail::make_tensor<c10::TensorImpl>(std::move(storage), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
+                                                    c10::scalarTypeToTypeMeta(dtype));
+  t.unsafeGetTensorImpl()->set_sizes_and_strides(shape, strides);
+  return t;
+}
+
+// ---- cache keys -----------------------------------------------------------------------------
+
+// Argument kinds, as eager/arguments.py numbers them.
+enum Kind : int8_t { TENSOR, OPT_TENSOR, TENSOR_LIST, SCALAR, STATIC, SCALAR_LIST };
+// Key tokens: a tag, then the value's words.
+enum Tag : int64_t { T_NONE = 1, T_TENSOR, T_SLOT, T_UNWRITTEN, T_CPU0, T_DYNAMIC, T_DOUBLE, T_INT, T_BOOL,
+                     T_STRING, T_DEVICE, T_LIST };
+
+struct Key {
+  std::vector<int64_t> words;
+  size_t hash = 0;
+  void add(int64_t w) {
+    words.push_back(w);
+    hash ^= static_cast<size_t>(w) + 0x9e3779b97f4a7c15ULL + (hash << 6) + (hash >> 2);
+  }
+  bool operator==(const Key& other) const { return hash == other.hash && words == other.words; }
+};
+
+struct KeyHash {
+  size_t operator()(const Key& k) const { return k.hash; }
+};
+
+// One call's executable inputs, gathered while keying it.
+struct Inputs {
+  Key key;
+  std::vector<uint64_t> addrs;  // per slot
+  std::vector<std::shared_ptr<Allocation>> allocs;  // per slot
+  std::vector<py::object> scalars;
+};
+
+struct Config {
+  py::object dispatch;  // _register._dispatch(op, *args, **kwargs)
+  py::object describe;  // eager.native_hooks.describe(op) -> None | "cpu" | kinds
+  py::object asarray;   // numpy.asarray
+  py::list pending_checks;
+  py::object raise_failed_checks;
+  size_t max_pending = 64;
+  std::unordered_map<int, py::object> numpy_dtypes;  // ScalarType -> numpy dtype of a CPU scalar
+};
+Config* config_ = nullptr;
+
+int64_t double_bits(double v) {
+  int64_t bits;
+  std::memcpy(&bits, &v, sizeof(bits));
+  return bits;
+}
+
+bool key_tensor(const at::Tensor& t, Inputs& in) {
+  if (!t.defined()) {
+    in.key.add(T_NONE);
+    return true;
+  }
+  if (t.device().type() != c10::DeviceType::PrivateUse1) {
+    if (t.device().type() != c10::DeviceType::CPU || t.dim() != 0) return false;
+    if (t.unsafeGetTensorImpl()->is_wrapped_number()) {  // reaches Python as the number itself
+      c10::Scalar number = t.item();
+      if (number.isFloatingPoint()) {
+        in.key.add(T_DYNAMIC);
+        in.scalars.push_back(py::float_(number.toDouble()));
+      } else if (number.isComplex()) {
+        auto c = number.toComplexDouble();
+        in.key.add(T_DYNAMIC);
+        in.scalars.push_back(py::reinterpret_steal<py::object>(PyComplex_FromDoubles(c.real(), c.imag())));
+      } else {
+        in.key.add(number.isBoolean() ? T_BOOL : T_INT);
+        in.key.add(number.isBoolean() ? number.toBool() : number.toLong());
+      }
+      return true;
+    }
+    // A CPU scalar joins as a value (as CUDA allows): a 0-d numpy array of its dtype.
+    auto it = config_->numpy_dtypes.find(static_cast<int>(t.scalar_type()));
+    if (it == config_->numpy_dtypes.end()) return false;
+    py::object value = torch::jit::toPyObject(t.item());
+    in.scalars.push_back(config_->asarray(value, it->second));
+    in.key.add(T_CPU0);
+    in.key.add(static_cast<int64_t>(t.scalar_type()));
+    return true;
+  }
+  uint64_t addr = reinterpret_cast<uint64_t>(t.storage().unsafeGetStorageImpl()->data_ptr().get());
+  size_t slot = 0;
+  while (slot < in.addrs.size() && in.addrs[slot] != addr) ++slot;
+  if (slot == in.addrs.size()) {
+    auto alloc = memory().find(addr);
+    if (!alloc) return false;
+    in.addrs.push_back(addr);
+    in.key.add(T_SLOT);
+    if (alloc->buffer.is_none()) {
+      in.key.add(T_UNWRITTEN);
+      in.key.add(alloc->nbytes);
+      in.key.add(static_cast<int64_t>(alloc->dtype));
+    }
+    in.allocs.push_back(std::move(alloc));
+  }
+  in.key.add(T_TENSOR);
+  in.key.add(static_cast<int64_t>(slot));
+  in.key.add(static_cast<int64_t>(t.scalar_type()));
+  in.key.add(t.dim());
+  for (int64_t s : t.sizes()) in.key.add(s);
+  for (int64_t s : t.strides()) in.key.add(s);
+  in.key.add(t.storage_offset());
+  in.key.add(static_cast<int64_t>(t.is_conj()) | static_cast<int64_t>(t.is_neg()) << 1);
+  return true;
+}
+
+bool key_value(const c10::IValue& v, Kind kind, Inputs& in) {
+  if (v.isTensor()) return key_tensor(v.toTensor(), in);
+  if (v.isNone()) {
+    in.key.add(T_NONE);
+    return true;
+  }
+  bool dynamic = kind != STATIC;  // a float Scalar/float argument is an executable input
+  if (v.isDouble()) {
+    if (dynamic) {
+      in.key.add(T_DYNAMIC);
+      in.scalars.push_back(py::float_(v.toDouble()));
+    } else {
+      in.key.add(T_DOUBLE);
+      in.key.add(double_bits(v.toDouble()));
+    }
+    return true;
+  }
+  if (v.isComplexDouble()) {
+    auto c = v.toComplexDouble();
+    if (!dynamic) return false;
+    in.key.add(T_DYNAMIC);
+    in.scalars.push_back(py::reinterpret_steal<py::object>(PyComplex_FromDoubles(c.real(), c.imag())));
+    return true;
+  }
+  if (v.isInt()) {
+    in.key.add(T_INT);
+    in.key.add(v.toInt());
+    return true;
+  }
+  if (v.isBool()) {
+    in.key.add(T_BOOL);
+    in.key.add(v.toBool());
+    return true;
+  }
+  if (v.isString()) {
+    const std::string& s = v.toStringRef();
+    in.key.add(T_STRING);
+    in.key.add(static_cast<int64_t>(s.size()));
+    for (size_t i = 0; i < s.size(); i += 8) {
+      int64_t word = 0;
+      std::memcpy(&word, s.data() + i, std::min<size_t>(8, s.size() - i));
+      in.key.add(word);
+    }
+    return true;
+  }
+  if (v.isDevice()) {
+    in.key.add(T_DEVICE);
+    in.key.add(static_cast<int64_t>(v.toDevice().type()));
+    in.key.add(v.toDevice().index());
+    return true;
+  }
+  if (v.isList()) {
+    auto list = v.toListRef();
+    in.key.add(T_LIST);
+    in.key.add(static_cast<int64_t>(list.size()));
+    Kind element = kind == TENSOR_LIST ? OPT_TENSOR : kind == SCALAR_LIST ? SCALAR : STATIC;
+    for (const auto& x : list)
+      if (!key_value(x, element, in)) return false;
+    return true;
+  }
+  return false;  // generators, storages, symbolic sizes...: Python's path
+}
+
+// ---- cached executables -----------------------------------------------------------------
+
+enum ReturnKind : int8_t { R_ARGUMENT, R_OUTPUT, R_OUTPUTS };
+struct ReturnSpec {
+  ReturnKind kind;
+  int64_t index;  // argument index, or first output
+  int64_t count;  // R_OUTPUTS: how many outputs make the list
+};
+
+struct OutputSpec {
+  std::vector<int64_t> shape, strides;
+  c10::ScalarType dtype;
+  int64_t nbytes;
+};
+
+struct Entry {
+  py::object owner;  // eager.kernel.CachedExecutable this entry serves
+  py::object fn;     // fn(buffers, scalars), or fn(donated, kept, scalars) where donated is set
+  std::vector<int64_t> donated, kept;  // positions among the held buffers
+  std::vector<OutputSpec> outputs;
+  std::vector<int64_t> mutated_slots;
+  py::object checks;  // None, or [(error, message)] of its device-side checks
+  std::vector<ReturnSpec> returns;
+};
+
+enum Mode : int8_t { UNKNOWN, PYTHON, CPU_METADATA, KEYED };
+
+struct OpRecord {
+  Mode mode = UNKNOWN;
+  py::object overload;
+  std::string name;
+  std::vector<Kind> kinds;
+  std::unordered_map<Key, std::shared_ptr<Entry>, KeyHash> entries;
+  int64_t hits = 0;
+};
+
+std::unordered_map<const c10::FunctionSchema*, std::unique_ptr<OpRecord>> records_;
+struct Pending {
+  OpRecord* record;
+  Key key;
+};
+thread_local std::vector<Pending> pending_;
+std::unordered_map<PyObject*, std::vector<std::pair<OpRecord*, Key>>> owners_;  // CachedExecutable -> keys
+
+py::object resolve_overload(const c10::OperatorHandle& op) {
+  const auto& name = op.operator_name();
+  auto sep = name.name.find("::");
+  py::object packet = py::module_::import("torch").attr("ops").attr(name.name.substr(0, sep).c_str())
+                          .attr(name.name.substr(sep + 2).c_str());
+  return packet.attr(name.overload_name.empty() ? "default" : name.overload_name.c_str());
+}
+
+OpRecord& record_for(const c10::OperatorHandle& op) {
+  auto& slot = records_[&op.schema()];
+  if (!slot) {
+    slot = std::make_unique<OpRecord>();
+    slot->overload = resolve_overload(op);
+    slot->name = py::str(slot->overload);
+  }
+  if (slot->mode == UNKNOWN) {
+    py::object described = config_->describe(slot->overload);
+    if (described.is_none()) {
+      slot->mode = PYTHON;
+    } else if (py::isinstance<py::str>(described)) {
+      slot->mode = CPU_METADATA;
+    } else {
+      slot->mode = KEYED;
+      for (auto k : described) slot->kinds.push_back(static_cast<Kind>(k.cast<int>()));
+    }
+  }
+  return *slot;
+}
+
+// An argument as the Python fallback passes it: ScalarType, Layout and MemoryFormat travel as
+// ints in an IValue but as torch.dtype, torch.layout and torch.memory_format in Python.
+py::object argument_to_python(const c10::Argument& arg, const c10::IValue& value) {
+  if (value.isNone()) return py::none();
+  auto is = [&](c10::TypeKind kind) {
+    const auto& t = arg.real_type();
+    if (t->kind() == kind) return true;
+    auto optional = t->cast<c10::OptionalType>();
+    return optional && optional->getElementType()->kind() == kind;
+  };
+  if (is(c10::ScalarTypeType::Kind)) return dtype_object(static_cast<c10::ScalarType>(value.toInt()));
+  if (is(c10::LayoutType::Kind))
+    return py::reinterpret_borrow<py::object>(
+        reinterpret_cast<PyObject*>(torch::getTHPLayout(static_cast<c10::Layout>(value.toInt()))));
+  if (is(c10::MemoryFormatType::Kind)) return py::cast(static_cast<c10::MemoryFormat>(value.toInt()));
+  return torch::jit::toPyObject(value);
+}
+
+// Run the call in Python as the Python fallback would: arguments left at their defaults are
+// left out (trailing positional ones, and keyword-only ones).
+void run_python(const c10::OperatorHandle& op, OpRecord& rec, torch::jit::Stack* stack) {
+  const auto& schema = op.schema();
+  const auto& arguments = schema.arguments();
+  size_t n = arguments.size();
+  auto values = torch::jit::last(*stack, n);
+  auto is_default = [&](size_t i) {
+    const auto& d = arguments[i].default_value();
+    return d.has_value() && *d == values[i];
+  };
+  size_t keyword_start = n;
+  while (keyword_start > 0 && arguments[keyword_start - 1].kwarg_only()) --keyword_start;
+  size_t positional_end = keyword_start;
+  while (positional_end > 0 && is_default(positional_end - 1)) --positional_end;
+  py::list args;
+  py::dict kwargs;
+  args.append(rec.overload);
+  for (size_t i = 0; i < positional_end; ++i) args.append(argument_to_python(arguments[i], values[i]));
+  for (size_t i = keyword_start; i < n; ++i)
+    if (!is_default(i)) kwargs[arguments[i].name().c_str()] = argument_to_python(arguments[i], values[i]);
+  torch::jit::drop(*stack, n);
+  py::object result = config_->dispatch(*py::tuple(args), **kwargs);
+  const auto& returns = schema.returns();
+  if (returns.size() == 1) {
+    stack->push_back(torch::jit::toIValue(result, returns[0].real_type()));
+  } else if (returns.size() > 1) {
+    auto items = result.cast<py::tuple>();
+    for (size_t i = 0; i < returns.size(); ++i)
+      stack->push_back(torch::jit::toIValue(items[i], returns[i].real_type()));
+  }
+}
+
+void launch(OpRecord& rec, Entry& entry, Inputs& in, torch::jit::Stack* stack, size_t n) {
+  std::vector<PyObject*> held;
+  held.reserve(in.allocs.size());
+  for (auto& alloc : in.allocs)
+    if (!alloc->buffer.is_none()) held.push_back(alloc->buffer.ptr());
+  auto list_of = [&](const std::vector<int64_t>* positions) {
+    size_t count = positions ? positions->size() : held.size();
+    py::list list(count);
+    for (size_t i = 0; i < count; ++i) {
+      PyObject* item = held[positions ? (*positions)[i] : i];
+      Py_INCREF(item);
+      PyList_SET_ITEM(list.ptr(), i, item);
+    }
+    return list;
+  };
+  py::list scalars(in.scalars.size());
+  for (size_t i = 0; i < in.scalars.size(); ++i) scalars[i] = in.scalars[i];
+  py::object result = entry.donated.empty() ? entry.fn(list_of(nullptr), scalars)
+                                            : entry.fn(list_of(&entry.donated), list_of(&entry.kept), scalars);
+  PyObject* outputs = PyTuple_GET_ITEM(result.ptr(), 0);
+  PyObject* new_buffers = PyTuple_GET_ITEM(result.ptr(), 1);
+  for (size_t i = 0; i < entry.mutated_slots.size(); ++i)
+    in.allocs[entry.mutated_slots[i]]->buffer = py::reinterpret_borrow<py::object>(PyList_GET_ITEM(new_buffers, i));
+  if (!entry.checks.is_none()) {
+    config_->pending_checks.append(py::make_tuple(py::reinterpret_borrow<py::object>(PyTuple_GET_ITEM(result.ptr(), 2)),
+                                                  entry.checks, rec.name));
+    if (config_->pending_checks.size() > config_->max_pending) config_->raise_failed_checks();
+  }
+  std::vector<at::Tensor> made;
+  made.reserve(entry.outputs.size());
+  for (size_t i = 0; i < entry.outputs.size(); ++i) {
+    const auto& spec = entry.outputs[i];
+    made.push_back(tensor_on_new_storage(spec.shape, spec.dtype, spec.strides, spec.nbytes,
+                                         py::reinterpret_borrow<py::object>(PyList_GET_ITEM(outputs, i))));
+  }
+  std::vector<c10::IValue> arguments(stack->end() - n, stack->end());
+  torch::jit::drop(*stack, n);
+  for (const auto& r : entry.returns) {
+    if (r.kind == R_ARGUMENT) {
+      stack->push_back(arguments[r.index]);
+    } else if (r.kind == R_OUTPUT) {
+      stack->push_back(made[r.index]);
+    } else {
+      std::vector<at::Tensor> list(made.begin() + r.index, made.begin() + r.index + r.count);
+      stack->push_back(c10::IValue(c10::List<at::Tensor>(list)));
+    }
+  }
+}
+
+void neuron_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  py::gil_scoped_acquire gil;
+  memory().reap();
+  OpRecord& rec = record_for(op);
+  if (rec.mode == CPU_METADATA) {
+    op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
+    return;
+  }
+  if (rec.mode == KEYED) {
+    size_t n = op.schema().arguments().size();
+    Inputs in;
+    in.key.words.reserve(64);
+    bool keyed = true;
+    auto values = torch::jit::last(*stack, n);
+    for (size_t i = 0; i < n && keyed; ++i) keyed = key_value(values[i], rec.kinds[i], in);
+    if (keyed) {
+      auto it = rec.entries.find(in.key);
+      if (it != rec.entries.end()) {
+        auto entry = it->second;  // held: the launch may run Python that forgets it
+        rec.hits += 1;
+        launch(rec, *entry, in, stack, n);
+        return;
+      }
+      pending_.push_back({&rec, std::move(in.key)});
+      struct Pop {
+        ~Pop() { pending_.pop_back(); }
+      } pop;
+      run_python(op, rec, stack);
+      return;
+    }
+  }
+  run_python(op, rec, stack);
+}
+
+std::vector<std::unique_ptr<torch::Library>> libraries_;
+
+void register_kernels(const std::vector<std::string>& names, bool fallback) {
+  if (fallback) {
+    auto lib = std::make_unique<torch::Library>(torch::Library::IMPL, "_", c10::DispatchKey::PrivateUse1, __FILE__,
+                                                __LINE__);
+    lib->fallback(torch::CppFunction::makeFromBoxedFunction<&neuron_kernel>());
+    libraries_.push_back(std::move(lib));
+  }
+  if (names.empty()) return;
+  auto lib = std::make_unique<torch::Library>(torch::Library::IMPL, "aten", c10::DispatchKey::PrivateUse1, __FILE__,
+                                              __LINE__);
+  for (const auto& name : names) lib->impl(name.c_str(), torch::CppFunction::makeFromBoxedFunction<&neuron_kernel>());
+  libraries_.push_back(std::move(lib));
+}
+
+// Called by a lowering kernel that ran for the innermost pending keyed call of `op`.
+bool remember(const py::object& op, const py::object& owner, const py::object& fn, std::vector<int64_t> donated,
+              std::vector<int64_t> kept, const py::list& outputs, std::vector<int64_t> mutated_slots,
+              const py::object& checks, const py::list& returns) {
+  if (pending_.empty() || !pending_.back().record->overload.is(op)) return false;
+  auto entry = std::make_shared<Entry>();
+  entry->owner = owner;
+  entry->fn = fn;
+  entry->donated = std::move(donated);
+  entry->kept = std::move(kept);
+  for (auto spec : outputs) {
+    auto t = spec.cast<py::tuple>();
+    entry->outputs.push_back({t[0].cast<std::vector<int64_t>>(), t[2].cast<std::vector<int64_t>>(),
+                              scalar_type_of(t[1]), t[3].cast<int64_t>()});
+  }
+  entry->mutated_slots = std::move(mutated_slots);
+  entry->checks = checks;
+  for (auto r : returns) {
+    auto t = r.cast<py::tuple>();
+    entry->returns.push_back({static_cast<ReturnKind>(t[0].cast<int>()), t[1].cast<int64_t>(), t[2].cast<int64_t>()});
+  }
+  Pending& p = pending_.back();
+  p.record->entries[p.key] = entry;
+  owners_[owner.ptr()].emplace_back(p.record, p.key);
+  return true;
+}
+
+// The Python cache dropped `owner`: drop every entry serving it.
+void forget(const py::object& owner) {
+  auto it = owners_.find(owner.ptr());
+  if (it == owners_.end()) return;
+  for (auto& [record, key] : it->second) {
+    auto found = record->entries.find(key);
+    if (found != record->entries.end() && found->second->owner.is(owner)) record->entries.erase(found);
+  }
+  owners_.erase(it);
+}
+
+py::dict hit_counts() {
+  py::dict counts;
+  for (auto& [schema, rec] : records_)
+    if (rec->hits) counts[py::str(rec->name)] = rec->hits;
+  return counts;
+}
+
+void reset_hit_counts() {
+  for (auto& [schema, rec] : records_) rec->hits = 0;
+}
+
+}  // namespace
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.doc() = "The native eager hot path of the neuron device (torch_neuronx/csrc/native.cpp).";
+
+  py::class_<Allocation, std::shared_ptr<Allocation>>(m, "Allocation")
+      .def_property(
+          "buffer", [](const Allocation& a) { return a.buffer; },
+          [](Allocation& a, py::object b) { a.buffer = std::move(b); })
+      .def_readonly("nbytes", &Allocation::nbytes)
+      .def_property_readonly("dtype", [](const Allocation& a) {
+        return a.dtype == c10::ScalarType::Undefined ? py::object(py::none()) : dtype_object(a.dtype);
+      });
+
+  py::class_<Stats>(m, "Stats")
+      .def_readonly("allocated", &Stats::allocated)
+      .def_readonly("peak", &Stats::peak)
+      .def_readonly("num_alloc", &Stats::num_alloc)
+      .def_readonly("num_free", &Stats::num_free)
+      .def_readonly("num_ooms", &Stats::num_ooms);
+
+  // The device memory: one per process, made by `init`.
+  py::class_<Memory, std::unique_ptr<Memory, py::nodelete>>(m, "Memory")
+      .def_property_readonly("capacity", [](const Memory& mem) { return mem.capacity; })
+      .def_property_readonly("stats", [](Memory& mem) {
+        mem.reap();
+        return mem.stats;
+      })
+      .def("get", [](Memory& mem, uint64_t addr) {
+        mem.reap();
+        return mem.find(addr);
+      })
+      .def("__getitem__", [](Memory& mem, uint64_t addr) {
+        auto alloc = mem.find(addr);
+        if (!alloc) throw py::key_error(std::to_string(addr));
+        return alloc;
+      })
+      .def("__len__", [](Memory& mem) {
+        mem.reap();
+        return mem.table.size();
+      })
+      .def("reset_peak", [](Memory& mem) {
+        mem.reap();
+        mem.stats.peak = mem.stats.allocated;
+      })
+      .def("in_flight", &Memory::in_flight)
+      .def_property_readonly("retired", [](Memory& mem) {
+        mem.reap();
+        return mem.retired();
+      })
+      .def("reap", &Memory::reap);
+
+  m.def("init", [](int64_t capacity) {
+    if (!memory_) memory_ = new Memory(capacity);
+    return memory_;
+  }, py::return_value_policy::reference);
+  m.def("configure", [](py::object dispatch, py::object describe, py::list pending_checks, py::object raise_failed,
+                        size_t max_pending, py::dict numpy_dtypes) {
+    if (!config_) config_ = new Config();
+    config_->dispatch = std::move(dispatch);
+    config_->describe = std::move(describe);
+    config_->asarray = py::module_::import("numpy").attr("asarray");
+    config_->pending_checks = std::move(pending_checks);
+    config_->raise_failed_checks = std::move(raise_failed);
+    config_->max_pending = max_pending;
+    for (auto [dtype, np_dtype] : numpy_dtypes)
+      config_->numpy_dtypes[static_cast<int>(scalar_type_of(dtype))] = py::reinterpret_borrow<py::object>(np_dtype);
+  });
+  m.def("tensor_on_new_storage", [](std::vector<int64_t> shape, py::object dtype, std::vector<int64_t> strides,
+                                    int64_t nbytes, py::object buffer) {
+    return tensor_on_new_storage(shape, scalar_type_of(dtype), strides, nbytes, std::move(buffer));
+  });
+  m.def("register_kernels", &register_kernels, py::arg("names"), py::arg("fallback"));
+  m.def("remember", &remember);
+  m.def("forget", &forget);
+  m.def("hit_counts", &hit_counts);
+  m.def("reset_hit_counts", &reset_hit_counts);
+}
