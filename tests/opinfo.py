@@ -14,6 +14,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import torch
+from compare import TOLERANCES
 from torch.testing._internal import common_utils
 from torch.testing._internal.common_methods_invocations import op_db
 from torch.utils._pytree import tree_flatten, tree_map
@@ -27,13 +28,6 @@ import torch_neuronx
 common_utils.extract_test_fn = lambda: None
 
 OPS = {(o.name, o.variant_test_name): o for o in op_db}
-TOLERANCE = {
-    torch.float32: (1.3e-5, 1e-5),
-    torch.float64: (1e-7, 1e-7),
-    torch.float16: (1e-3, 1e-3),
-    torch.bfloat16: (1.6e-2, 1e-2),
-    torch.complex64: (1.3e-5, 1e-5),
-}
 # Some ops are numerically touchy; matching PyTorch's own device-test tolerances more loosely.
 LOOSE = {torch.float32: (1e-4, 1e-4), torch.bfloat16: (5e-2, 5e-2), torch.float16: (5e-3, 5e-3)}
 RANDOM_OPS = {
@@ -84,7 +78,7 @@ def find(name: str, variant: str = "") -> Any:
     return OPS[(name, variant)]
 
 
-def _to_neuron(x: Any) -> Any:
+def to_neuron(x: Any) -> Any:
     """A CPU tensor's copy on neuron; a partial view (`x[5:]`) keeps its whole storage and its
     geometry there, so ops that reach outside the view (as_strided) see the same elements."""
     if not isinstance(x, torch.Tensor) or x.device.type != "cpu":
@@ -104,7 +98,7 @@ HOST_ARGS = {"tensor_split": 0}
 def _on_neuron(name: str, sample: Any) -> Any:
     """The sample with its tensors on neuron, and a CPU device argument (`x.to("cpu")`) made neuron."""
     host = HOST_ARGS.get(name)
-    dev_sample = sample.transform(_to_neuron)
+    dev_sample = sample.transform(to_neuron)
     if host is not None:
         dev_sample.args = (*dev_sample.args[:host], sample.args[host], *dev_sample.args[host + 1 :])
 
@@ -123,7 +117,7 @@ def _close(cpu: Any, dev: Any, dtype: torch.dtype, loose: bool, exact_random: bo
     cpu_leaves, _ = tree_flatten(cpu)
     dev_leaves, _ = tree_flatten(dev)
     assert len(cpu_leaves) == len(dev_leaves), f"{len(cpu_leaves)} outputs on CPU, {len(dev_leaves)} on neuron"
-    table = LOOSE if loose else TOLERANCE
+    table = LOOSE if loose else TOLERANCES
     for c, d in zip(cpu_leaves, dev_leaves):
         # Integer inputs with floating outputs (logsumexp, mean(dtype=)) get the output's tolerance.
         floating_out = isinstance(c, torch.Tensor) and (c.is_floating_point() or c.is_complex())
@@ -189,7 +183,7 @@ def _check_grads(
     ]
     cotangents = [torch.randn_like(t) for t in cpu_outs]
     cpu_grads = torch.autograd.grad(cpu_outs, cpu_inputs, cotangents, allow_unused=True)
-    dev_grads = torch.autograd.grad(dev_outs, dev_inputs, tree_map(_to_neuron, cotangents), allow_unused=True)
+    dev_grads = torch.autograd.grad(dev_outs, dev_inputs, tree_map(to_neuron, cotangents), allow_unused=True)
     # A random op's gradients depend on its draws (dropout's mask): compare dtypes and shapes only.
     _close([g for g in cpu_grads if g is not None], [g for g in dev_grads if g is not None], dtype, loose, exact)
 

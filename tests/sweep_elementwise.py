@@ -7,15 +7,14 @@ Prints one line per (entry, dtype) that is not fully native -- `decomposed` (PyT
 decomposition ran), `needs` (a FOREIGN op of another family has no lowering yet), `fail` --
 then per dtype the number of entries that pass natively with all (or the first N) samples.
 `--foreign-on-cpu` runs the FOREIGN ops through the CPU fallback so that the family's own
-lowerings are measured before the other families land. The test files import the family list
-(`entries`) and `foreign_op` from here.
+lowerings are measured before the other families land. The family's entries and its FOREIGN
+ops are those of tests/families.py, which the family's test files run too.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import re
 import time
 import traceback
 from collections import Counter
@@ -23,46 +22,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import torch
-from opinfo import check_op, fallback_disabled, op_db
+from families import FOREIGN, elementwise_entries, foreign_op
+from opinfo import check_op, fallback_disabled
 
 import torch_neuronx
 
-FAMILY = {
-    # arithmetic
-    "abs", "add", "sub", "mul", "rsub", "div", "true_divide", "remainder", "fmod", "floor_divide",
-    "pow", "float_power", "neg", "positive", "reciprocal", "sign", "sgn", "signbit", "copysign",
-    "heaviside", "hypot", "atan2", "lerp", "addcmul", "addcdiv", "xlogy", "special.xlog1py",
-    "logaddexp", "logaddexp2", "nextafter", "ldexp", "frexp", "clamp", "clamp_min", "clamp_max",
-    "minimum", "maximum", "max", "min", "fmin", "fmax", "nan_to_num", "square", "gcd", "lcm",
-    "__radd__", "__rdiv__", "__rmul__", "__rsub__", "__rpow__", "__rmod__", "__rand__", "__ror__",
-    "__rxor__", "angle", "conj_physical", "complex", "polar",
-    # rounding
-    "ceil", "floor", "round", "trunc", "frac",
-    # transcendental
-    "exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sqrt", "rsqrt", "sin", "cos", "tan",
-    "asin", "acos", "atan", "sinh", "cosh", "tanh", "asinh", "acosh", "atanh", "erf", "erfc",
-    "erfinv", "lgamma", "digamma", "polygamma", "mvlgamma", "i0", "sinc", "deg2rad", "rad2deg",
-    "logit", "sigmoid", "igamma", "igammac", "special.i0e", "special.i1", "special.i1e",
-    "special.ndtr", "special.ndtri", "special.log_ndtr", "special.erfcx", "special.entr",
-    "special.zeta", "special.polygamma", "special.modified_bessel_i0", "special.modified_bessel_i1",
-    "special.spherical_bessel_j0",
-    # comparisons and logic
-    "eq", "ne", "lt", "le", "gt", "ge", "isnan", "isinf", "isfinite", "isposinf", "isneginf",
-    "isreal", "logical_and", "logical_or", "logical_xor", "logical_not", "bitwise_and", "bitwise_or",
-    "bitwise_xor", "bitwise_not", "bitwise_left_shift", "bitwise_right_shift", "where", "fill",
-    "zero_", "masked_fill", "isclose", "clone",
-    # activations
-    "nn.functional.relu", "nn.functional.relu6", "nn.functional.leaky_relu", "nn.functional.elu",
-    "nn.functional.selu", "nn.functional.celu", "nn.functional.gelu", "nn.functional.silu",
-    "nn.functional.mish", "nn.functional.softplus", "nn.functional.softshrink",
-    "nn.functional.hardshrink", "nn.functional.hardtanh", "nn.functional.hardsigmoid",
-    "nn.functional.hardswish", "nn.functional.threshold", "nn.functional.logsigmoid",
-    "nn.functional.glu", "nn.functional.prelu", "nn.functional.rrelu", "nn.functional.softsign",
-    "nn.functional.tanhshrink",
-}  # fmt: skip
-ACTIVATIONS = {n for n in FAMILY if n.startswith("nn.functional.")}
-EXCLUDE_VARIANTS = {("max", "reduction_with_dim"), ("max", "reduction_no_dim"), ("min", "reduction_with_dim"),
-                    ("min", "reduction_no_dim")}  # fmt: skip
 DTYPES = {
     "float32": torch.float32,
     "bfloat16": torch.bfloat16,
@@ -73,36 +37,6 @@ DTYPES = {
     "bool": torch.bool,
     "complex64": torch.complex64,
 }
-
-
-def entries(only: list[str] | None = None, activations: bool | None = None) -> list:
-    chosen = []
-    for o in op_db:
-        if o.name not in FAMILY or (o.name, o.variant_test_name) in EXCLUDE_VARIANTS:
-            continue
-        if activations is not None and (o.name in ACTIVATIONS) != activations:
-            continue
-        if only and o.name not in only:
-            continue
-        chosen.append(o)
-    return chosen
-
-
-# Ops of other families that this family's forward or backward passes need (the backward of a
-# broadcasting binary op reduces with `sum`, ...): a failure for want of them is "needs <op>".
-FOREIGN = {
-    "aten.sum.dim_IntList",
-    "aten.masked_select.default",
-    "aten.arange.start_out",
-    "aten._efficientzerotensor.default",
-}
-_MISSING = re.compile(r"no lowering for (\S+) and")
-
-
-def foreign_op(error: BaseException) -> str | None:
-    """The other family's op whose missing lowering caused `error`, if that is what it was."""
-    match = _MISSING.search(str(error))
-    return match.group(1) if match and match.group(1) in FOREIGN else None
 
 
 def run_foreign_on_cpu() -> None:
@@ -166,7 +100,7 @@ def main() -> None:
         modes.append(("float32-grad", torch.float32, True))
     counts: dict[str, Counter] = {label: Counter() for label, _, _ in modes}
     start = time.time()
-    for opinfo in entries(args.only):
+    for opinfo in elementwise_entries(args.only):
         entry = f"{opinfo.name}.{opinfo.variant_test_name}".rstrip(".")
         supported = opinfo.supported_dtypes("cpu")
         for label, dtype, grad in modes:

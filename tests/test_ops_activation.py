@@ -7,14 +7,13 @@ from __future__ import annotations
 import pytest
 import torch
 from compare import check
+from families import MODES, elementwise_entries, run_elementwise
 from opinfo import fallback_disabled
-from sweep_elementwise import entries
-from test_ops_elementwise import MODES, run_opinfo
 from torch.nn import functional as nnf
 
 aten = torch.ops.aten
 # rrelu's training samples draw from the RNG; it is checked by hand below.
-ENTRIES = [o for o in entries(activations=True) if o.name != "nn.functional.rrelu"]
+ENTRIES = [o for o in elementwise_entries(activations=True) if o.name != "nn.functional.rrelu"]
 IDS = [
     o.name.removeprefix("nn.functional.") + (f".{o.variant_test_name}" if o.variant_test_name else "") for o in ENTRIES
 ]
@@ -23,7 +22,7 @@ IDS = [
 @pytest.mark.parametrize("mode", list(MODES))
 @pytest.mark.parametrize("opinfo", ENTRIES, ids=IDS)
 def test_opinfo(opinfo: object, mode: str) -> None:
-    run_opinfo(opinfo, mode)
+    run_elementwise(opinfo, mode)
 
 
 def _x(*shape: int) -> torch.Tensor:

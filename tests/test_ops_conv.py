@@ -10,8 +10,11 @@ import pytest
 import torch
 import torch.nn.functional as nnf
 from compare import assert_same, check
+from families import check_accuracy, check_family
 from opinfo import fallback_disabled, find
-from test_ops_nn import check_accuracy, check_family
+
+# The torch_neuronx.ops modules whose ops never fall back or decompose here (families.natively).
+FAMILY = ("nn", "conv")
 
 CONV_ENTRIES = [
     "nn.functional.conv1d",
@@ -72,7 +75,7 @@ SUMS_IN_ANOTHER_ORDER = {"nn.functional.conv_transpose3d"}
 
 @pytest.mark.parametrize("key", CONV_ENTRIES)
 def test_opinfo_float32_forward_backward(key: str) -> None:
-    assert check_family(_opinfo(key), torch.float32, grad=True, loose=key in SUMS_IN_ANOTHER_ORDER) > 0
+    assert check_family(FAMILY, _opinfo(key), torch.float32, grad=True, loose=key in SUMS_IN_ANOTHER_ORDER) > 0
 
 
 @pytest.mark.parametrize("key", CONV_ENTRIES)
@@ -81,9 +84,9 @@ def test_opinfo_bfloat16_forward(key: str) -> None:
     if torch.bfloat16 not in opinfo.supported_dtypes("cpu"):
         pytest.skip("PyTorch CPU has no bfloat16 kernel for this op")
     if key in ACCUMULATES_IN_BF16_ON_CPU:
-        assert check_accuracy(opinfo, torch.bfloat16, torch.float32) > 0
+        assert check_accuracy(FAMILY, opinfo, torch.bfloat16, torch.float32) > 0
     else:
-        assert check_family(opinfo, torch.bfloat16, grad=False) > 0
+        assert check_family(FAMILY, opinfo, torch.bfloat16, grad=False) > 0
 
 
 # ---- convolution ------------------------------------------------------------------------
@@ -203,7 +206,7 @@ def test_interpolate_scale_factor_and_backward(mode: str, align_corners: bool | 
         return out.detach(), torch.autograd.grad(out, t, torch.ones_like(out) + out.detach())[0]
 
     with fallback_disabled():
-        check(fn, x, rtol=1e-5, atol=1e-5)
+        check(fn, x)
 
 
 def test_fold_is_col2im() -> None:

@@ -7,32 +7,17 @@ from __future__ import annotations
 import pytest
 import torch
 from compare import check
-from opinfo import check_op, fallback_disabled
-from sweep_elementwise import entries, foreign_op
+from families import MODES, elementwise_entries, run_elementwise
+from opinfo import fallback_disabled
 
-# rrelu's training samples draw from the RNG (checked by hand in test_ops_activation.py).
-ENTRIES = [o for o in entries(activations=False)]
+ENTRIES = elementwise_entries(activations=False)
 IDS = [f"{o.name}.{o.variant_test_name}".rstrip(".") for o in ENTRIES]
-MODES = {"float32": (torch.float32, False, 3), "bfloat16": (torch.bfloat16, False, 1), "grad": (torch.float32, True, 2)}
-
-
-def run_opinfo(opinfo: object, mode: str) -> None:
-    dtype, grad, samples = MODES[mode]
-    if dtype not in opinfo.supported_dtypes("cpu") or (grad and not opinfo.supports_autograd):
-        pytest.skip(f"{opinfo.name} does not support {mode}")
-    try:
-        with fallback_disabled():
-            assert check_op(opinfo, dtype, grad=grad, max_samples=samples) > 0
-    except NotImplementedError as error:
-        if foreign_op(error) is None:
-            raise
-        pytest.skip(f"needs {foreign_op(error)} from another family")
 
 
 @pytest.mark.parametrize("mode", list(MODES))
 @pytest.mark.parametrize("opinfo", ENTRIES, ids=IDS)
 def test_opinfo(opinfo: object, mode: str) -> None:
-    run_opinfo(opinfo, mode)
+    run_elementwise(opinfo, mode)
 
 
 def _t(values: list, dtype: torch.dtype) -> torch.Tensor:

@@ -6,15 +6,16 @@ from __future__ import annotations
 
 import pytest
 import torch
+from compare import check
+from families import check_family
 from opinfo import fallback_disabled, find
-from test_ops_nn import check_family
 
 ENTRIES = ["fft.fft", "fft.ifft2", "fft.rfft", "fft.irfftn", "fft.hfft", "fft.ihfft2", "stft"]
 
 
 @pytest.mark.parametrize("name", ENTRIES)
 def test_opinfo_float32_forward_backward(name: str) -> None:
-    assert check_family(find(name), torch.float32, grad=True, max_samples=3) > 0
+    assert check_family(("fft",), find(name), torch.float32, grad=True, max_samples=3) > 0
 
 
 @pytest.mark.parametrize("norm", [None, "forward", "ortho", "backward"])
@@ -31,15 +32,12 @@ def test_opinfo_float32_forward_backward(name: str) -> None:
 def test_normalizations(fn: object, norm: str | None) -> None:
     x = torch.randn(3, 4, 5)
     with fallback_disabled():
-        got = fn(x.to("neuron"), norm).cpu()
-    torch.testing.assert_close(got, fn(x, norm), rtol=1.3e-5, atol=1e-5)
+        check(lambda t: fn(t, norm), x)
 
 
 def test_out_and_errors() -> None:
     x = torch.randn(8)
-    out = torch.empty(5, dtype=torch.complex64, device="neuron")
     with fallback_disabled():
-        torch.fft.rfft(x.to("neuron"), out=out)
-    torch.testing.assert_close(out.cpu(), torch.fft.rfft(x), rtol=1.3e-5, atol=1e-5)
+        check(lambda t: torch.fft.rfft(t, out=torch.empty(5, dtype=torch.complex64, device=t.device)), x)
     with pytest.raises(RuntimeError, match="Invalid number of data points"):
         torch.fft.fft(torch.randn(4, device="neuron"), n=0)

@@ -16,22 +16,13 @@ import pytest
 import torch
 import torch.nn.functional as nnf
 from compare import assert_same, check
-from opinfo import _to_neuron, check_op, fallback_disabled, find
-from torch.utils._pytree import tree_flatten
+from families import check_accuracy, check_family, own_packets
+from opinfo import fallback_disabled, find
 
 import torch_neuronx
-from torch_neuronx import ops
 
-MAX_SAMPLES = 3
-_FAMILY_MODULES = ("torch_neuronx.ops.nn", "torch_neuronx.ops.conv")
-
-
-def _own_packets() -> set[str]:
-    """ATen op names (packets) this family lowers: none of them may fall back or decompose."""
-    lowerings = ops.load()
-    return {
-        op.name().split("::")[1].split(".")[0] for op, low in lowerings.items() if low.fn.__module__ in _FAMILY_MODULES
-    }
+# The torch_neuronx.ops modules whose ops never fall back or decompose here (families.natively).
+FAMILY = ("nn", "conv")
 
 
 class WithoutDropout:
@@ -85,85 +76,6 @@ def entry(key: str) -> Any:
     if name == "nn.functional.multi_head_attention_forward":
         return WithoutDropout(opinfo, 9)
     return opinfo
-
-
-def natively(run: Callable[[], int]) -> int:
-    """`run()` with the CPU fallback disabled; if an op of another family lacks a lowering,
-    rerun it with the fallback allowed and require that no op of this family fell back or
-    decomposed."""
-    try:
-        with fallback_disabled():
-            return run()
-    except NotImplementedError as error:
-        if "no lowering for" not in str(error):
-            raise
-    torch_neuronx.reset_metrics()
-    count = run()
-    metrics = torch_neuronx.metrics()
-    own = _own_packets()
-    served_elsewhere = [*metrics["fallbacks"], *metrics["decompositions"]]
-    mine = [op for op in served_elsewhere if op.split(".")[1] in own]
-    assert not mine, f"ops of this family not run natively: {mine}"
-    return count
-
-
-def check_family(
-    opinfo: Any, dtype: torch.dtype, grad: bool, max_samples: int | None = MAX_SAMPLES, loose: bool = False
-) -> int:
-    """check_op (outputs and gradients equal CPU's), natively."""
-    return natively(lambda: check_op(opinfo, dtype, grad=grad, max_samples=max_samples, loose=loose))
-
-
-def _run(opinfo: Any, sample: Any, grad: bool) -> list:
-    """The sample's output tensors, then (with `grad`) the input gradients for all-ones cotangents."""
-    out = opinfo(sample.input, *sample.args, **sample.kwargs)
-    outs = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
-    if not grad:
-        return outs
-    inputs = [t for t in tree_flatten((sample.input, sample.args, sample.kwargs))[0] if _needs_grad(t)]
-    diff = [t for t in outs if t.requires_grad]
-    grads = torch.autograd.grad(diff, inputs, [torch.ones_like(t) for t in diff], allow_unused=True)
-    return [t.detach() for t in outs] + [g for g in grads if g is not None]
-
-
-def _needs_grad(t: Any) -> bool:
-    return isinstance(t, torch.Tensor) and t.requires_grad
-
-
-def check_accuracy(
-    opinfo: Any, dtype: torch.dtype, wide: torch.dtype, grad: bool = False, max_samples: int | None = MAX_SAMPLES
-) -> int:
-    """For ops whose PyTorch CPU kernel at `dtype` rounds intermediate results (neuron computes
-    in float32 and rounds once): every output (and gradient) on neuron is no farther from the
-    CPU result computed at the `wide` dtype than PyTorch CPU's own `dtype` result is, or
-    within two `dtype` epsilons of the output's scale."""
-
-    def widen(t: Any) -> Any:
-        if isinstance(t, torch.Tensor) and t.is_floating_point():
-            return t.detach().to(wide).requires_grad_(t.requires_grad)
-        return t
-
-    def run() -> int:
-        count = 0
-        for sample in opinfo.sample_inputs("cpu", dtype, requires_grad=grad):
-            if max_samples is not None and count >= max_samples:
-                break
-            cpu = _run(opinfo, sample, grad)
-            dev = _run(opinfo, sample.transform(_to_neuron), grad)
-            ref = _run(opinfo, sample.transform(widen), grad)
-            assert len(cpu) == len(dev) == len(ref)
-            for c, d, r in zip(cpu, dev, ref):
-                assert d.device.type == "neuron" and d.dtype == c.dtype and d.shape == c.shape
-                if r.numel():
-                    r = r.double()
-                    dev_error = (d.cpu().double() - r).abs().max().item()
-                    cpu_error = (c.double() - r).abs().max().item()
-                    floor = 2 * torch.finfo(dtype).eps * r.abs().max().item()
-                    assert dev_error <= max(cpu_error, floor), (dev_error, cpu_error, floor)
-            count += 1
-        return count
-
-    return natively(run)
 
 
 NN_ENTRIES = [
@@ -227,9 +139,9 @@ def test_opinfo_float32_forward_backward(key: str) -> None:
     if key in DEGENERATE_GRAD:
         opinfo = Without(opinfo, _normalizes_one_element)
     if key in ACCURACY_GRAD:
-        assert check_accuracy(opinfo, torch.float32, torch.float64, grad=True, max_samples=1) > 0
+        assert check_accuracy(FAMILY, opinfo, torch.float32, torch.float64, grad=True, max_samples=1) > 0
     else:
-        assert check_family(opinfo, torch.float32, grad=True) > 0
+        assert check_family(FAMILY, opinfo, torch.float32, grad=True) > 0
 
 
 @pytest.mark.parametrize("key", NN_ENTRIES)
@@ -238,9 +150,9 @@ def test_opinfo_bfloat16_forward(key: str) -> None:
     if torch.bfloat16 not in _opinfo(key).supported_dtypes("cpu"):
         pytest.skip("PyTorch CPU has no bfloat16 kernel for this op")
     if key in ACCURACY_BF16:
-        assert check_accuracy(opinfo, torch.bfloat16, torch.float32) > 0
+        assert check_accuracy(FAMILY, opinfo, torch.bfloat16, torch.float32) > 0
     else:
-        assert check_family(opinfo, torch.bfloat16, grad=False) > 0
+        assert check_family(FAMILY, opinfo, torch.bfloat16, grad=False) > 0
 
 
 # ---- dropout ----------------------------------------------------------------------------
@@ -300,7 +212,7 @@ def test_batch_norm_running_stats_match_cpu(dims: int) -> None:
         x = torch.randn(shape) * (step + 1) + step
         with fallback_disabled():
             out = dev(x.to("neuron"))
-        assert_same(module(x), out.detach(), rtol=1e-5, atol=1e-5)
+        assert_same(module(x), out.detach())
     for name in ("running_mean", "running_var"):
         assert_same(getattr(module, name), getattr(dev, name), rtol=1e-5, atol=1e-6)
     assert dev.num_batches_tracked.item() == module.num_batches_tracked.item() == 3
@@ -309,7 +221,7 @@ def test_batch_norm_running_stats_match_cpu(dims: int) -> None:
     x = torch.randn(shape)
     with fallback_disabled():
         out = dev(x.to("neuron"))
-    assert_same(module(x), out, rtol=1e-5, atol=1e-5)
+    assert_same(module(x), out)
 
 
 def test_batch_norm_ops_mutate_running_stats() -> None:
@@ -411,7 +323,7 @@ def test_sdpa_matches_cpu(kwargs: dict) -> None:
 
     torch_neuronx.reset_metrics()
     check(fn, *inputs, rtol=1e-4, atol=1e-5)
-    own = _own_packets()
+    own = own_packets(FAMILY)
     metrics = torch_neuronx.metrics()
     assert not [op for op in metrics["fallbacks"] if op.split(".")[1] in own]
     assert metrics["op_calls"].get("aten._softmax.default") or metrics["op_calls"].get("aten._safe_softmax.default")

@@ -13,7 +13,7 @@ import math
 import pytest
 import torch
 from compare import check
-from opinfo import _to_neuron, check_op, fallback_disabled, find
+from opinfo import check_op, fallback_disabled, find, to_neuron
 
 import torch_neuronx
 
@@ -150,7 +150,7 @@ def check_ties(opinfo, dtype: torch.dtype, max_samples: int) -> int:
     for sample in opinfo.sample_inputs("cpu", dtype):
         if count >= max_samples:
             break
-        dev = sample.transform(_to_neuron)
+        dev = sample.transform(to_neuron)
         cpu_out = opinfo(sample.input, *sample.args, **sample.kwargs)
         dev_out = opinfo(dev.input, *dev.args, **dev.kwargs)
         if opinfo.name == "argsort":  # indices only: compare what they select
