@@ -12,7 +12,7 @@ import os
 
 import pytest
 import torch
-from compare import assert_same
+from compare import TOLERANCES, assert_same
 
 import torch_neuronx
 from tools.tiny_models import tiny_tokenizer
@@ -102,15 +102,15 @@ def test_to_neuron_forward_and_loss_parity():
         ref = cpu(PROMPT, labels=labels)
         out = dev(PROMPT.to("neuron"), labels=labels.to("neuron"))
     assert_same(ref.logits, out.logits, rtol=1e-4, atol=1e-5)
-    assert_same(ref.loss, out.loss, rtol=1e-5, atol=1e-5)
+    assert_same(ref.loss, out.loss)
 
 
 def test_backward_parity():
     cpu, dev = tiny_llama().train(), tiny_llama().train().to("neuron")
     cpu(PROMPT, labels=PROMPT).loss.backward()
     dev(PROMPT.to("neuron"), labels=PROMPT.to("neuron")).loss.backward()
-    for (name, p), q in zip(cpu.named_parameters(), dev.parameters()):
-        assert_same(p.grad, q.grad, rtol=1e-4, atol=1e-5), name
+    for p, q in zip(cpu.parameters(), dev.parameters()):
+        assert_same(p.grad, q.grad, rtol=1e-4, atol=1e-5)
 
 
 def test_generate_greedy_dynamic_cache():
@@ -227,7 +227,15 @@ def test_trainer_bf16(tmp_path):
 def test_trainer_torch_compile(tmp_path):
     trainer, _, losses = _train(tmp_path, torch_compile=True)
     assert trainer.args.torch_compile_backend == "neuron"
-    assert len(losses) == 3 and all(torch.isfinite(torch.tensor(losses)))
+    assert len(losses) == 3
+    cpu, _, cpu_losses = _train(tmp_path / "cpu", use_cpu=True)  # eager on CPU: the reference
+    rtol, atol = TOLERANCES[torch.float32]
+    torch.testing.assert_close(losses, cpu_losses, rtol=rtol, atol=atol)
+    # AdamW divides each update by the root of its own squared-gradient average: where a gradient
+    # is near zero, its last-bit difference moves the weight past float32's tolerance (a few
+    # weights in 1e5, by up to 7.6e-5 here); tests/test_training.py's AdamW runs allow the same.
+    for c, d in zip(cpu.model.parameters(), trainer.model.parameters()):
+        assert_same(c.detach(), d.detach(), rtol=1e-3, atol=1e-4)
 
 
 def test_neuron_is_detected():
