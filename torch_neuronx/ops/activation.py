@@ -17,8 +17,9 @@ import numpy as np
 import torch
 
 from . import lowering
+from ._common import unsupported
 from ._dtypes import cast, jax_dtype, promote, torch_dtype
-from .elementwise import is_complex, unsupported
+from .elementwise import is_complex
 
 aten = torch.ops.aten
 Array = Any

@@ -20,20 +20,10 @@ import numpy as np
 import torch
 
 from . import lowering
-from .nn import fail_unless, opmath
+from ._common import fail_unless, linear_vjp, opmath, opmath_dtype, per_dim, upcast
 
 aten = torch.ops.aten
 _HIGHEST = jax.lax.Precision.HIGHEST
-
-
-def _expand(values: Sequence[int], n: int) -> tuple[int, ...]:
-    values = tuple(values)
-    return values * n if len(values) == 1 else values
-
-
-def _compute(x: Any) -> Any:
-    """float32 for half inputs (PyTorch CPU's accumulation type), else the input's dtype."""
-    return jnp.float32 if x.dtype in (jnp.bfloat16, jnp.float16) else x.dtype
 
 
 # ---- convolution ------------------------------------------------------------------------
@@ -43,17 +33,17 @@ def _check_conv(x: Any, w: Any, transposed: bool, groups: int) -> None:
     fail_unless(
         x.ndim == w.ndim and x.ndim >= 3,
         "convolution",
-        x,
         f"Expected {w.ndim}-dimensional input for {w.ndim}-dimensional weight {list(w.shape)}, but got "
         f"{x.ndim}-dimensional input of size {list(x.shape)} instead",
+        x,
     )
     expected = w.shape[0] if transposed else w.shape[1] * groups
     fail_unless(
         x.shape[1] == expected,
         "convolution",
-        x,
         f"Given groups={groups}, weight of size {list(w.shape)}, expected input{list(x.shape)} to have "
         f"{expected} channels, but got {x.shape[1]} channels instead",
+        x,
     )
 
 
@@ -69,7 +59,7 @@ def _conv(
 ) -> Any:
     """The convolution without bias, in the dtype of `x` and `w` (already the compute dtype)."""
     nd = x.ndim - 2
-    stride, padding, dilation = _expand(stride, nd), _expand(padding, nd), _expand(dilation, nd)
+    stride, padding, dilation = per_dim(stride, nd), per_dim(padding, nd), per_dim(dilation, nd)
     kernel = w.shape[2:]
     if not transposed:
         pads = [(p, p) for p in padding]
@@ -78,7 +68,7 @@ def _conv(
         )
     # A transposed convolution is the convolution of the stride-dilated input with the
     # spatially flipped kernel whose in/out channels are swapped within each group.
-    output_padding = _expand(output_padding, nd)
+    output_padding = per_dim(output_padding, nd)
     c_in, c_out_g = w.shape[0], w.shape[1]
     w = w.reshape(groups, c_in // groups, c_out_g, *kernel).swapaxes(1, 2)
     w = jnp.flip(w.reshape(groups * c_out_g, c_in // groups, *kernel), tuple(range(2, 2 + nd)))
@@ -108,14 +98,15 @@ def convolution(
     groups: int,
 ) -> Any:
     _check_conv(x, w, transposed, groups)
-    compute = _compute(x)
+    compute = opmath_dtype(x)
     out = _conv(x.astype(compute), w.astype(compute), stride, padding, dilation, transposed, output_padding, groups)
     if bias is not None:
         out = out + bias.astype(compute).reshape((1, -1) + (1,) * (x.ndim - 2))
     return out.astype(x.dtype)
 
 
-def _conv_backward(
+@lowering(aten.convolution_backward_overrideable.default)
+def convolution_backward_overrideable(
     grad: Any,
     x: Any,
     w: Any,
@@ -127,7 +118,7 @@ def _conv_backward(
     groups: int,
     output_mask: Sequence[bool],
 ) -> tuple[Any, Any, Any]:
-    compute = _compute(x)
+    compute = opmath_dtype(x)
 
     def forward(xc: Any, wc: Any) -> Any:
         return _conv(xc, wc, stride, padding, dilation, transposed, output_padding, groups)
@@ -156,23 +147,9 @@ def convolution_backward(
     groups: int,
     output_mask: Sequence[bool],
 ) -> Any:
-    return _conv_backward(grad, x, w, stride, padding, dilation, transposed, output_padding, groups, output_mask)
-
-
-@lowering(aten.convolution_backward_overrideable.default)
-def convolution_backward_overrideable(
-    grad: Any,
-    x: Any,
-    w: Any,
-    stride: Sequence[int],
-    padding: Sequence[int],
-    dilation: Sequence[int],
-    transposed: bool,
-    output_padding: Sequence[int],
-    groups: int,
-    output_mask: Sequence[bool],
-) -> Any:
-    return _conv_backward(grad, x, w, stride, padding, dilation, transposed, output_padding, groups, output_mask)
+    return convolution_backward_overrideable(
+        grad, x, w, stride, padding, dilation, transposed, output_padding, groups, output_mask
+    )
 
 
 # ---- pooling windows --------------------------------------------------------------------
@@ -282,7 +259,7 @@ def _scatter_grad(grad: Any, indices: Any, shape: Sequence[int], nd: int) -> Any
     lead = tuple(shape[: len(shape) - nd])
     rows = math.prod(lead)
     positions = math.prod(grad.shape[len(lead) :])
-    g = opmath(grad).reshape(rows, positions)
+    g = upcast(grad).reshape(rows, positions)
     idx = indices.reshape(rows, positions)
     out = jnp.zeros((rows, math.prod(shape[len(shape) - nd :])), g.dtype)
     out = out.at[jnp.arange(rows)[:, None], idx].add(g)
@@ -300,10 +277,10 @@ def _max_pool(nd: int) -> Callable[..., Any]:
     ) -> Any:
         windows = Windows(
             x.shape,
-            _expand(kernel_size, nd),
-            _expand(stride, nd) if stride else (),
-            _expand(padding, nd),
-            _expand(dilation, nd),
+            per_dim(kernel_size, nd),
+            per_dim(stride, nd) if stride else (),
+            per_dim(padding, nd),
+            per_dim(dilation, nd),
             ceil_mode,
         )
         return _argmax_pool(x, windows)
@@ -350,6 +327,7 @@ def _avg_divisor(windows: Windows, count_include_pad: bool) -> np.ndarray:
 
 
 def _avg_pool(nd: int) -> Callable[..., Any]:
+    @opmath
     def avg_pool(
         x: Any,
         kernel_size: Sequence[int],
@@ -361,16 +339,14 @@ def _avg_pool(nd: int) -> Callable[..., Any]:
     ) -> Any:
         windows = Windows(
             x.shape,
-            _expand(kernel_size, nd),
-            _expand(stride, nd) if stride else (),
-            _expand(padding, nd),
+            per_dim(kernel_size, nd),
+            per_dim(stride, nd) if stride else (),
+            per_dim(padding, nd),
             (1,) * nd,
             ceil_mode,
         )
-        compute = _compute(x)
-        total = windows.patches(x.astype(compute), 0).sum(axis=x.ndim - nd)
-        divisor = divisor_override or _avg_divisor(windows, count_include_pad).astype(compute)
-        return (total / divisor).astype(x.dtype)
+        total = windows.patches(x, 0).sum(axis=x.ndim - nd)
+        return total / (divisor_override or _avg_divisor(windows, count_include_pad).astype(x.dtype))
 
     return avg_pool
 
@@ -391,17 +367,9 @@ def _avg_pool_backward(nd: int) -> Callable[..., Any]:
         def fn(v: Any) -> Any:
             return forward(v, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override)
 
-        return _linear_vjp(fn, x.shape, grad)
+        return linear_vjp(fn, x.shape, grad)
 
     return avg_pool_backward
-
-
-def _linear_vjp(fn: Callable[[Any], Any], shape: Sequence[int], grad: Any) -> Any:
-    """The adjoint of the linear map `fn` (on inputs of `shape`) applied to `grad`, computed
-    in the compute dtype and returned in the grad's dtype."""
-    compute = _compute(grad)
-    _, vjp = jax.vjp(fn, jnp.zeros(tuple(shape), compute))
-    return vjp(grad.astype(compute))[0].astype(grad.dtype)
 
 
 lowering(aten.avg_pool2d.default)(_avg_pool(2))
@@ -419,20 +387,20 @@ def _adaptive_bounds(size: int, out: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _adaptive_avg(nd: int) -> Callable[..., Any]:
+    @opmath
     def adaptive_avg_pool(x: Any, output_size: Sequence[int]) -> Any:
-        compute = _compute(x)
-        y = x.astype(compute)
+        y = x
         counts = np.ones(())
-        for d, out in enumerate(_expand(output_size, nd)):
+        for d, out in enumerate(per_dim(output_size, nd)):
             axis = x.ndim - nd + d
             start, end = _adaptive_bounds(x.shape[axis], out)
             taps = np.arange(x.shape[axis])
             member = ((taps >= start[:, None]) & (taps < end[:, None])).astype(np.float64)
             y = jnp.moveaxis(
-                jnp.tensordot(y, jnp.asarray(member, compute), ((axis,), (1,)), precision=_HIGHEST), -1, axis
+                jnp.tensordot(y, jnp.asarray(member, x.dtype), ((axis,), (1,)), precision=_HIGHEST), -1, axis
             )
             counts = np.multiply.outer(counts, end - start)
-        return (y / jnp.asarray(counts, compute)).astype(x.dtype)
+        return y / jnp.asarray(counts, x.dtype)
 
     return adaptive_avg_pool
 
@@ -441,7 +409,7 @@ def _adaptive_avg_backward(nd: int) -> Callable[..., Any]:
     forward = _adaptive_avg(nd)
 
     def adaptive_avg_pool_backward(grad: Any, x: Any) -> Any:
-        return _linear_vjp(lambda v: forward(v, grad.shape[-nd:]), x.shape, grad)
+        return linear_vjp(lambda v: forward(v, grad.shape[-nd:]), x.shape, grad)
 
     return adaptive_avg_pool_backward
 
@@ -456,7 +424,7 @@ def _adaptive_max(nd: int) -> Callable[..., Any]:
     def adaptive_max_pool(x: Any, output_size: Sequence[int]) -> Any:
         lead = x.ndim - nd
         size = x.shape[lead:]
-        out = _expand(output_size, nd)
+        out = per_dim(output_size, nd)
         # Gather a fixed number of taps per window, repeating the last one in short windows
         # (a repeat never changes the max nor which tap is first).
         y = x
@@ -499,6 +467,35 @@ lowering(aten.adaptive_max_pool2d.default)(_adaptive_max(2))
 lowering(aten.adaptive_max_pool3d.default)(_adaptive_max(3))
 lowering(aten.adaptive_max_pool2d_backward.default)(_adaptive_max_backward(2))
 lowering(aten.adaptive_max_pool3d_backward.default)(_adaptive_max_backward(3))
+
+
+# ---- sliding windows as columns ---------------------------------------------------------
+
+
+@lowering(aten.im2col.default)
+def im2col(
+    x: Any, kernel_size: Sequence[int], dilation: Sequence[int], padding: Sequence[int], stride: Sequence[int]
+) -> Any:
+    windows = Windows(
+        x.shape, per_dim(kernel_size, 2), per_dim(stride, 2), per_dim(padding, 2), per_dim(dilation, 2), False
+    )
+    patches = windows.patches(x, 0)  # [..., C, K, oh, ow]
+    lead = patches.shape[:-4]
+    return patches.reshape((*lead, patches.shape[-4] * patches.shape[-3], math.prod(windows.out)))
+
+
+@lowering(aten.col2im.default)
+def col2im(
+    cols: Any,
+    output_size: Sequence[int],
+    kernel_size: Sequence[int],
+    dilation: Sequence[int],
+    padding: Sequence[int],
+    stride: Sequence[int],
+) -> Any:
+    channels = cols.shape[-2] // math.prod(per_dim(kernel_size, 2))
+    shape = (*cols.shape[:-2], channels, *per_dim(output_size, 2))
+    return linear_vjp(lambda v: im2col(v, kernel_size, dilation, padding, stride), shape, cols)
 
 
 # ---- upsampling -------------------------------------------------------------------------
@@ -612,7 +609,7 @@ def _upsample(mode: str, nd: int, aligned: bool) -> tuple[Callable[..., Any], Ca
     def forward(x: Any, output_size: Sequence[int], *rest: Any) -> Any:
         align_corners = bool(rest[0]) if aligned else False
         scales = list(rest[1:] if aligned else rest) + [None] * nd
-        compute = x.dtype if mode.startswith("nearest") else _compute(x)
+        compute = x.dtype if mode.startswith("nearest") else opmath_dtype(x)
         y = x.astype(compute)
         for d in reversed(range(nd)):
             axis = x.ndim - nd + d
@@ -621,7 +618,7 @@ def _upsample(mode: str, nd: int, aligned: bool) -> tuple[Callable[..., Any], Ca
         return y.astype(x.dtype)
 
     def backward(grad: Any, output_size: Sequence[int], input_size: Sequence[int], *rest: Any) -> Any:
-        return _linear_vjp(lambda v: forward(v, output_size, *rest), input_size, grad)
+        return linear_vjp(lambda v: forward(v, output_size, *rest), input_size, grad)
 
     return forward, backward
 
@@ -645,33 +642,7 @@ for _name, _mode, _nd, _aligned in (
     lowering(getattr(aten, _name + "_backward").default)(_backward)
 
 
-# ---- patches and shuffles ---------------------------------------------------------------
-
-
-@lowering(aten.im2col.default)
-def im2col(
-    x: Any, kernel_size: Sequence[int], dilation: Sequence[int], padding: Sequence[int], stride: Sequence[int]
-) -> Any:
-    windows = Windows(
-        x.shape, _expand(kernel_size, 2), _expand(stride, 2), _expand(padding, 2), _expand(dilation, 2), False
-    )
-    patches = windows.patches(x, 0)  # [..., C, K, oh, ow]
-    lead = patches.shape[:-4]
-    return patches.reshape((*lead, patches.shape[-4] * patches.shape[-3], math.prod(windows.out)))
-
-
-@lowering(aten.col2im.default)
-def col2im(
-    cols: Any,
-    output_size: Sequence[int],
-    kernel_size: Sequence[int],
-    dilation: Sequence[int],
-    padding: Sequence[int],
-    stride: Sequence[int],
-) -> Any:
-    channels = cols.shape[-2] // math.prod(_expand(kernel_size, 2))
-    shape = (*cols.shape[:-2], channels, *_expand(output_size, 2))
-    return _linear_vjp(lambda v: im2col(v, kernel_size, dilation, padding, stride), shape, cols)
+# ---- shuffles ---------------------------------------------------------------------------
 
 
 @lowering(aten.pixel_shuffle.default)

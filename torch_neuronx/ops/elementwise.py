@@ -12,7 +12,7 @@ the bit width, NaN propagation of clamp/maximum, sign of NaN, integer powers.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, NoReturn
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 from . import OpOverload, is_mutating, lowering
+from ._common import unsupported
 from ._dtypes import (
     ALWAYS_BOOL,
     COMPLEX_TO_FLOAT,
@@ -90,10 +91,6 @@ def is_complex(x: Any) -> bool:
 def is_integral(x: Any) -> bool:
     """Integer or bool."""
     return jnp.issubdtype(x.dtype, jnp.integer) or x.dtype == jnp.bool_
-
-
-def unsupported(op: str, x: Any, needs: str) -> NoReturn:
-    raise RuntimeError(f"neuron: {op} is not supported for {torch_dtype(x)} tensors on the neuron device; {needs}")
 
 
 def _require_integral(op: str, *xs: Any) -> None:

@@ -25,16 +25,16 @@ import jax.numpy as jnp
 import torch
 
 from . import LOWERINGS, Lowering, derived, is_mutating, lowering
+from ._common import fail_unless, opmath_dtype
 
 aten = torch.ops.aten
 OpOverload = torch._ops.OpOverload
 
+# ---- the `_foreach_*` family, derived ----------------------------------------------------
+
 # `_foreach_<name>` whose per-element op has another name (PyTorch's loop calls these).
 _RENAMED = {"norm": "linalg_vector_norm", "powsum": "linalg__powsum"}
 _ELEMENT = {"List[Tensor]": "Tensor", "List[number]": "number"}
-
-
-# ---- the `_foreach_*` family, derived ----------------------------------------------------
 
 
 def _foreach_overloads() -> Iterator[OpOverload]:
@@ -93,13 +93,10 @@ def _mapped(name: str, fn: Callable[..., Any], plan: list, defaults: list, lists
     """The lowering of a list op: `fn` applied to each element, in one executable."""
 
     def lowered(*args: Any) -> list:
-        lengths = {len(args[i]) for i in lists}
-        if len(lengths) != 1:
-            sizes = [len(args[i]) for i in lists]
-            raise RuntimeError(f"neuron: {name}: all lists must have the same length, got {sizes}")
-        (count,) = lengths
-        if not count:
-            raise RuntimeError(f"neuron: {name}: Tensor list must have at least one tensor.")
+        sizes = [len(args[i]) for i in lists]
+        fail_unless(len(set(sizes)) == 1, name, f"all lists must have the same length, got {sizes}")
+        count = sizes[0]
+        fail_unless(count > 0, name, "Tensor list must have at least one tensor.")
         results = []
         for k in range(count):
             call = [
@@ -142,11 +139,6 @@ def derive_foreach() -> None:
 # ---- shared pieces of the fused steps -------------------------------------------------------
 
 
-def _compute(x: Any) -> Any:
-    """PyTorch's opmath dtype for `x`: float32 for half types, else its own."""
-    return jnp.float32 if x.dtype in (jnp.float16, jnp.bfloat16) else x.dtype
-
-
 def _f64(x: Any) -> Any:
     return jnp.asarray(x, jnp.float64)
 
@@ -182,8 +174,7 @@ def _decay(g: Any, p: Any, weight_decay: Any) -> Any:
 
 def _check_lengths(name: str, *lists: list) -> None:
     sizes = [len(x) for x in lists]
-    if len(set(sizes)) > 1:
-        raise RuntimeError(f"neuron: {name}: all tensor lists must have the same length, got {sizes}")
+    fail_unless(len(set(sizes)) <= 1, name, f"all tensor lists must have the same length, got {sizes}")
 
 
 def _functional(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -218,7 +209,7 @@ def _adam_step(
     decoupled: bool,
 ) -> tuple:
     """One parameter of ATen's CPU fused Adam (FusedAdamKernel.cpp)."""
-    compute = _compute(p)
+    compute = opmath_dtype(p)
     step = _f64(step)
     lr, beta1, beta2 = _f64(lr), _f64(beta1), _f64(beta2)
     bias_correction1 = 1 - beta1**step
@@ -315,7 +306,7 @@ def _sgd(
     _check_lengths("_fused_sgd_", params, grads, *([momentum_buffer_list] if momentum_buffer_list else []))
     new_params, new_grads, new_bufs = [], [], []
     for i, p in enumerate(params):
-        compute = _compute(p)
+        compute = opmath_dtype(p)
         g, stored = _load_grad(grads[i], compute, grad_scale, maximize)
         param = p.astype(compute)
         g = _decay(g, param, _scalar(weight_decay, compute))
@@ -355,7 +346,7 @@ def _adagrad(
     _check_lengths("_fused_adagrad_", params, grads, state_sums, state_steps)
     new_params, new_grads, new_sums = [], [], []
     for i, p in enumerate(params):
-        compute = _compute(p)
+        compute = opmath_dtype(p)
         clr = _scalar(_f64(lr) / (1 + (_f64(state_steps[i]) - 1) * _f64(lr_decay)), compute, p.dtype)
         g, stored = _load_grad(grads[i], compute, grad_scale, maximize)
         param = p.astype(compute)
@@ -375,12 +366,15 @@ lowering(aten._fused_adagrad.default, aten._fused_adagrad.tensor_lr)(_functional
 # ---- AMP gradient scaling (torch.amp.GradScaler) ------------------------------------------
 
 
-def _unscale(grads: list, found_inf: Any, inv_scale: Any) -> tuple:
+@lowering(
+    aten._amp_foreach_non_finite_check_and_unscale_.default, aten._amp_foreach_non_finite_check_and_unscale.default
+)
+def non_finite_check_and_unscale(grads: list, found_inf: Any, inv_scale: Any) -> tuple:
     """Flag non-finite gradients in found_inf (never cleared here) and multiply by inv_scale."""
     bad = found_inf.reshape(())
     new_grads = []
     for g in grads:
-        compute = _compute(g)
+        compute = opmath_dtype(g)
         bad = jnp.where(jnp.any(~jnp.isfinite(g)), jnp.ones_like(bad), bad)
         scale = inv_scale.reshape(()).astype(compute)
         scaled = jnp.where(scale == 1, g.astype(compute), g.astype(compute) * scale)
@@ -402,8 +396,3 @@ def amp_update_scale(
     overflow = found_inf.reshape(()) != 0
     new_scale = jnp.where(overflow, (current * backoff_factor).astype(scale.dtype), clean_scale)
     return new_scale, jnp.where(overflow, jnp.zeros_like(growth_tracker), clean_tracker)
-
-
-lowering(
-    aten._amp_foreach_non_finite_check_and_unscale_.default, aten._amp_foreach_non_finite_check_and_unscale.default
-)(_unscale)

@@ -17,17 +17,13 @@ from typing import Any
 import jax.numpy as jnp
 import torch
 from jax import lax
-from torch._prims_common import canonicalize_dim
 
 from . import check, lowering
+from ._common import wrap_dim
 from ._dtypes import cast, torch_dtype
 from .shape import view_geometry, write_view
 
 aten = torch.ops.aten
-
-
-def _dim(dim: int, ndim: int) -> int:
-    return canonicalize_dim(max(ndim, 1), dim)
 
 
 def _bounded(index: Any, size: int, message: str, error: type[Exception] = IndexError, negative: bool = True) -> Any:
@@ -215,7 +211,7 @@ def _check_gather_shapes(name: str, self: Any, index: Any, dim: int, other: Any 
 
 @lowering(aten.gather.default)
 def gather(self: Any, dim: int, index: Any, sparse_grad: bool = False) -> Any:
-    dim = _dim(dim, self.ndim)
+    dim = wrap_dim(dim, self.ndim)
     if not index.size:
         return jnp.zeros(index.shape, self.dtype)
     _check_gather_shapes("gather()", self, index, dim)
@@ -272,7 +268,7 @@ def _reduce_into(self: Any, key: tuple, values: Any, reduce: str | None, include
 def _scatter(
     name: str, self: Any, dim: int, index: Any, src: Any, reduce: str | None = None, include_self: bool = True
 ) -> Any:
-    dim = _dim(dim, self.ndim)
+    dim = wrap_dim(dim, self.ndim)
     tensor_src = hasattr(src, "ndim") and not getattr(src, "weak_type", False)
     if tensor_src:
         _same_dtype(name, self, src, "src")
@@ -333,7 +329,7 @@ def _check_index_vector(name: str, index: Any) -> None:
 @lowering(aten.index_select.default)
 def index_select(self: Any, dim: int, index: Any) -> Any:
     _check_index_vector("index_select()", index)
-    dim = _dim(dim, self.ndim)
+    dim = wrap_dim(dim, self.ndim)
     src = _as_1d(self)
     size = src.shape[dim]
     if self.ndim == 0 and index.size != 1:
@@ -355,7 +351,7 @@ def _check_source(name: str, self: Any, dim: int, index: Any, source: Any) -> No
 
 @lowering(aten.index_add.default)
 def index_add(self: Any, dim: int, index: Any, source: Any, alpha: Any = 1) -> Any:
-    dim = _dim(dim, self.ndim)
+    dim = wrap_dim(dim, self.ndim)
     _check_source("index_add()", self, dim, index, source)
     out, key = _along(self, dim, index, _oob(dim, _as_1d(self).shape[dim]), False, RuntimeError)
     values = _as_1d(source)
@@ -367,7 +363,7 @@ def index_add(self: Any, dim: int, index: Any, source: Any, alpha: Any = 1) -> A
 
 @lowering(aten.index_copy.default)
 def index_copy(self: Any, dim: int, index: Any, source: Any) -> Any:
-    dim = _dim(dim, self.ndim)
+    dim = wrap_dim(dim, self.ndim)
     _check_source("index_copy()", self, dim, index, source)
     message = f"index_copy_(): {_oob(dim, _as_1d(self).shape[dim])}"
     out, key = _along(self, dim, index, message, False, IndexError)
@@ -376,7 +372,7 @@ def index_copy(self: Any, dim: int, index: Any, source: Any) -> Any:
 
 @lowering(aten.index_fill.int_Scalar, aten.index_fill.int_Tensor)
 def index_fill(self: Any, dim: int, index: Any, value: Any) -> Any:
-    dim = _dim(dim, self.ndim)
+    dim = wrap_dim(dim, self.ndim)
     _check_index_vector("index_fill_()", index)
     if hasattr(value, "ndim") and value.ndim:
         raise RuntimeError(
@@ -388,7 +384,7 @@ def index_fill(self: Any, dim: int, index: Any, value: Any) -> Any:
 
 @lowering(aten.index_reduce.default)
 def index_reduce(self: Any, dim: int, index: Any, source: Any, reduce: str, include_self: bool = True) -> Any:
-    dim = _dim(dim, self.ndim)
+    dim = wrap_dim(dim, self.ndim)
     _check_source("index_reduce_()", self, dim, index, source)
     if reduce not in ("prod", "mean", "amax", "amin"):
         raise RuntimeError(f"index_reduce(): Expected reduce to be one of prod, mean, amax or amin but got {reduce}.")

@@ -21,8 +21,9 @@ from jax import lax
 from jax.lax import linalg as lax_linalg
 
 from . import lowering
+from ._common import accumulate, wrap_dim
 from ._dtypes import cast, torch_dtype
-from .reduction import accumulate, integral_to_long, wrap_dim
+from .reduction import integral_to_long
 
 aten = torch.ops.aten
 HIGHEST = lax.Precision.HIGHEST

@@ -1,7 +1,8 @@
 """Neural-network ops: softmax, normalization, losses, embedding, dropout, attention plumbing.
 
-Every op computes in float32 for half inputs (PyTorch CPU's opmath) and rounds once to the
-result dtype. Backward ops (`*_backward`, `*_backward_data`) are lowered too, so autograd
+Every op computes in float32 for half inputs (PyTorch CPU's opmath: `@opmath` where the whole
+lowering widens its inputs and casts back, `upcast` of single values elsewhere) and rounds once
+to the result dtype. Backward ops (`*_backward`, `*_backward_data`) are lowered too, so autograd
 stays on device: closed-form where PyTorch has one, `jax.vjp` of the forward where the
 backward is the exact adjoint of a piecewise-smooth forward.
 """
@@ -17,34 +18,11 @@ import jax.numpy as jnp
 import torch
 
 from . import lowering
-from ._dtypes import TO_TORCH, cast, jax_dtype, promote
+from ._common import fail_unless, is_half, opmath, opmath_dtype, upcast, wrap_dim
+from ._dtypes import cast, jax_dtype, promote
 
 aten = torch.ops.aten
-_HALF = (jnp.bfloat16, jnp.float16)
 NONE, MEAN, SUM = 0, 1, 2  # at::Reduction
-
-
-def opmath(x: Any) -> Any:
-    """`x` in its computation dtype: float32 for half types, unchanged otherwise."""
-    return x.astype(jnp.float32) if x.dtype in _HALF else x
-
-
-def fail_unless(ok: bool, op: str, x: Any, message: str, error: type[Exception] = RuntimeError) -> None:
-    """Raise PyTorch's error for bad input, naming the op, the dtype and the device."""
-    if not ok:
-        raise error(f"neuron: {op} ({TO_TORCH[jnp.dtype(x.dtype)]} on neuron): {message}")
-
-
-def _axis(dim: int, x: Any, op: str) -> int:
-    rank = max(x.ndim, 1)
-    fail_unless(
-        -rank <= dim < rank,
-        op,
-        x,
-        f"Dimension out of range (expected to be in range of [{-rank}, {rank - 1}], but got {dim})",
-        IndexError,
-    )
-    return dim % rank
 
 
 def _reduce(loss: Any, reduction: int) -> Any:
@@ -57,7 +35,7 @@ def _reduce(loss: Any, reduction: int) -> Any:
 
 def _reduce_grad(grad: Any, shape: Sequence[int], reduction: int) -> Any:
     """The cotangent of `_reduce` broadcast back to the unreduced loss shape."""
-    grad = opmath(grad)
+    grad = upcast(grad)
     if reduction == MEAN:
         grad = grad / math.prod(shape)
     return jnp.broadcast_to(grad, shape)
@@ -75,8 +53,8 @@ def _softmax_like(fn: Callable[..., Any], name: str) -> Callable[..., Any]:
 
     def lowered(x: Any, dim: int, half_to_float: bool) -> Any:
         out_dtype = jnp.float32 if half_to_float else x.dtype
-        y = opmath(x).reshape(x.shape or (1,))
-        return fn(y, axis=_axis(dim, x, name)).reshape(x.shape).astype(out_dtype)
+        y = upcast(x).reshape(x.shape or (1,))
+        return fn(y, axis=wrap_dim(dim, x.ndim, name, x)).reshape(x.shape).astype(out_dtype)
 
     return lowered
 
@@ -94,8 +72,8 @@ def _softmax_grad_dtype(grad: Any, input_dtype: torch.dtype) -> Any:
 
 @lowering(aten._softmax_backward_data.default)
 def softmax_backward_data(grad: Any, output: Any, dim: int, input_dtype: torch.dtype) -> Any:
-    g, y = opmath(grad), opmath(output)
-    axis = _axis(dim, grad, "_softmax_backward_data")
+    g, y = upcast(grad), upcast(output)
+    axis = wrap_dim(dim, grad.ndim, "_softmax_backward_data", grad)
     if grad.ndim == 0:
         result = y * (g - g * y)
     else:
@@ -105,8 +83,8 @@ def softmax_backward_data(grad: Any, output: Any, dim: int, input_dtype: torch.d
 
 @lowering(aten._log_softmax_backward_data.default)
 def log_softmax_backward_data(grad: Any, output: Any, dim: int, input_dtype: torch.dtype) -> Any:
-    g, y = opmath(grad), opmath(output)
-    total = g if grad.ndim == 0 else g.sum(_axis(dim, grad, "_log_softmax_backward_data"), keepdims=True)
+    g, y = upcast(grad), upcast(output)
+    total = g if grad.ndim == 0 else g.sum(wrap_dim(dim, grad.ndim, "_log_softmax_backward_data", grad), keepdims=True)
     return (g - jnp.exp(y) * total).astype(_softmax_grad_dtype(grad, input_dtype))
 
 
@@ -116,8 +94,8 @@ def safe_softmax(x: Any, dim: int, dtype: torch.dtype | None = None) -> Any:
     masked exactly when its max is -inf, so the max softmax needs anyway tells (no `all`)."""
     if dtype is not None:
         x = cast(x, dtype)
-    y = opmath(x).reshape(x.shape or (1,))
-    axis = _axis(dim, x, "_safe_softmax")
+    y = upcast(x).reshape(x.shape or (1,))
+    axis = wrap_dim(dim, x.ndim, "_safe_softmax", x)
     top = jnp.max(y, axis=axis, keepdims=True)
     masked = top == -jnp.inf
     e = jnp.exp(y - jnp.where(masked, 0.0, top))
@@ -130,7 +108,7 @@ def safe_softmax(x: Any, dim: int, dtype: torch.dtype | None = None) -> Any:
 
 def _stat_dtype(x: Any, *params: Any) -> Any:
     """Dtype of saved mean/rstd: float32 when half inputs meet float32 parameters."""
-    if x.dtype in _HALF and any(p is not None and p.dtype == jnp.float32 for p in params):
+    if is_half(x) and any(p is not None and p.dtype == jnp.float32 for p in params):
         return jnp.float32
     return x.dtype
 
@@ -145,9 +123,9 @@ def _normalize_grad(g: Any, xhat: Any, rstd: Any, axes: tuple[int, ...]) -> Any:
 
 def _affine(y: Any, weight: Any, bias: Any, shape: tuple[int, ...]) -> Any:
     if weight is not None:
-        y = y * opmath(weight).reshape(shape)
+        y = y * upcast(weight).reshape(shape)
     if bias is not None:
-        y = y + opmath(bias).reshape(shape)
+        y = y + upcast(bias).reshape(shape)
     return y
 
 
@@ -157,20 +135,20 @@ def native_layer_norm(x: Any, normalized_shape: Sequence[int], weight: Any, bias
     fail_unless(
         len(shape) <= x.ndim and list(x.shape[x.ndim - len(shape) :]) == shape,
         "native_layer_norm",
-        x,
         f"Given normalized_shape={shape}, expected input with shape [*, {', '.join(map(str, shape))}], "
         f"but got input of size {list(x.shape)}",
+        x,
     )
     for name, param in (("weight", weight), ("bias", bias)):
         fail_unless(
             param is None or list(param.shape) == shape,
             "native_layer_norm",
-            x,
             f"Expected {name} to be of same shape as normalized_shape, but got {name} of shape "
             f"{list(param.shape) if param is not None else None} and normalized_shape = {shape}",
+            x,
         )
     axes = tuple(range(x.ndim - len(normalized_shape), x.ndim))
-    xc = opmath(x)
+    xc = upcast(x)
     mean = xc.mean(axes, keepdims=True)
     var = jnp.square(xc - mean).mean(axes, keepdims=True)
     rstd = jax.lax.rsqrt(var + eps)
@@ -192,9 +170,9 @@ def native_layer_norm_backward(
 ) -> Any:
     axes = tuple(range(x.ndim - len(normalized_shape), x.ndim))
     batch_axes = tuple(range(x.ndim - len(normalized_shape)))
-    g, rstd = opmath(grad), opmath(rstd)
-    xhat = (opmath(x) - opmath(mean)) * rstd
-    gw = g if weight is None else g * opmath(weight)
+    g, rstd = upcast(grad), upcast(rstd)
+    xhat = (upcast(x) - upcast(mean)) * rstd
+    gw = g if weight is None else g * upcast(weight)
     dx = _normalize_grad(gw, xhat, rstd, axes).astype(x.dtype) if output_mask[0] else None
     dw = (g * xhat).sum(batch_axes).astype(weight.dtype) if output_mask[1] and weight is not None else None
     db = g.sum(batch_axes).astype(bias.dtype) if output_mask[2] and bias is not None else None
@@ -202,7 +180,7 @@ def native_layer_norm_backward(
 
 
 def _groups(x: Any, n: int, c: int, group: int) -> Any:
-    return opmath(x).reshape(n, group, x.size // max(n * group, 1))
+    return upcast(x).reshape(n, group, x.size // max(n * group, 1))
 
 
 @lowering(aten.native_group_norm.default)
@@ -210,9 +188,9 @@ def native_group_norm(x: Any, weight: Any, bias: Any, n: int, c: int, hxw: int, 
     fail_unless(
         group > 0 and c % group == 0 and x.size == n * c * hxw,
         "native_group_norm",
-        x,
         f"Expected number of channels in input to be divisible by num_groups, but got input of shape "
         f"{list(x.shape)} and num_groups={group}",
+        x,
     )
     xg = _groups(x, n, c, group)
     mean = xg.mean(2, keepdims=True)
@@ -236,10 +214,10 @@ def native_group_norm_backward(
     group: int,
     output_mask: Sequence[bool],
 ) -> Any:
-    g = opmath(grad).reshape(n, c, hxw)
-    rstd = opmath(rstd).reshape(n, group, 1)
-    xhat = ((_groups(x, n, c, group) - opmath(mean).reshape(n, group, 1)) * rstd).reshape(n, c, hxw)
-    gw = g if weight is None else g * opmath(weight).reshape(1, c, 1)
+    g = upcast(grad).reshape(n, c, hxw)
+    rstd = upcast(rstd).reshape(n, group, 1)
+    xhat = ((_groups(x, n, c, group) - upcast(mean).reshape(n, group, 1)) * rstd).reshape(n, c, hxw)
+    gw = g if weight is None else g * upcast(weight).reshape(1, c, 1)
     dx = None
     if output_mask[0]:
         per_group = (c // group) * hxw
@@ -258,7 +236,7 @@ def _batch_norm(
     empty in eval mode and the new running stats None when there are none to update."""
     axes = tuple(i for i in range(x.ndim) if i != 1)
     shape = (1, x.shape[1]) + (1,) * (x.ndim - 2)
-    xc = opmath(x)
+    xc = upcast(x)
     stat = _stat_dtype(x, weight, bias, running_mean, running_var)
     if training or running_mean is None:
         mean = xc.mean(axes)
@@ -268,12 +246,12 @@ def _batch_norm(
         if training and running_mean is not None:
             count = x.size // x.shape[1]
             unbiased = var * (count / max(count - 1, 1))
-            new_mean = (1 - momentum) * opmath(running_mean) + momentum * mean
-            new_var = (1 - momentum) * opmath(running_var) + momentum * unbiased
+            new_mean = (1 - momentum) * upcast(running_mean) + momentum * mean
+            new_var = (1 - momentum) * upcast(running_var) + momentum * unbiased
         saved = (mean.astype(stat), invstd.astype(stat))
     else:
-        mean = opmath(running_mean)
-        invstd = jax.lax.rsqrt(opmath(running_var) + eps)
+        mean = upcast(running_mean)
+        invstd = jax.lax.rsqrt(upcast(running_var) + eps)
         new_mean = new_var = None
         saved = (_empty(stat), _empty(stat))
     y = (xc - mean.reshape(shape)) * invstd.reshape(shape)
@@ -375,14 +353,14 @@ def native_batch_norm_backward(
 ) -> Any:
     axes = tuple(i for i in range(x.ndim) if i != 1)
     shape = (1, x.shape[1]) + (1,) * (x.ndim - 2)
-    g = opmath(grad)
+    g = upcast(grad)
     if train:
-        mean, invstd = opmath(save_mean), opmath(save_invstd)
+        mean, invstd = upcast(save_mean), upcast(save_invstd)
     else:
-        mean, invstd = opmath(running_mean), jax.lax.rsqrt(opmath(running_var) + eps)
+        mean, invstd = upcast(running_mean), jax.lax.rsqrt(upcast(running_var) + eps)
     mean, invstd = mean.reshape(shape), invstd.reshape(shape)
-    xhat = (opmath(x) - mean) * invstd
-    w = jnp.ones(shape, g.dtype) if weight is None else opmath(weight).reshape(shape)
+    xhat = (upcast(x) - mean) * invstd
+    w = jnp.ones(shape, g.dtype) if weight is None else upcast(weight).reshape(shape)
     dx = None
     if output_mask[0]:
         dx = _normalize_grad(g * w, xhat, invstd, axes) if train else g * w * invstd
@@ -418,18 +396,20 @@ def batch_norm_backward(
 
 
 @lowering(aten.native_dropout.default, random=True)
+@opmath
 def native_dropout(x: Any, p: Any, train: bool | None, *, key: Any) -> Any:
     if train is False:
         return x, jnp.ones(x.shape, jnp.bool_)
     keep = 1 - p
     mask = jax.random.uniform(key, x.shape, jnp.float32) < keep
     scale = jnp.where(keep == 0, 0.0, 1 / jnp.where(keep == 0, 1.0, keep))
-    return (opmath(x) * mask * scale).astype(x.dtype), mask
+    return x * mask * scale, mask
 
 
 @lowering(aten.native_dropout_backward.default)
+@opmath
 def native_dropout_backward(grad: Any, mask: Any, scale: Any) -> Any:
-    return (opmath(grad) * mask * scale).astype(grad.dtype)
+    return grad * mask * scale
 
 
 # ---- embedding --------------------------------------------------------------------------
@@ -443,28 +423,28 @@ def embedding(
 
 
 @lowering(aten.embedding_dense_backward.default)
+@opmath
 def embedding_dense_backward(
     grad: Any, indices: Any, num_weights: int, padding_idx: int, scale_grad_by_freq: bool
 ) -> Any:
     flat = indices.reshape(-1)
-    rows = opmath(grad).reshape(flat.shape[0], grad.shape[-1])
+    rows = grad.reshape(flat.shape[0], grad.shape[-1])
     rows = jnp.where((flat == padding_idx)[:, None], 0, rows)
     if scale_grad_by_freq:
         counts = jnp.zeros(num_weights, rows.dtype).at[flat].add(1)
         rows = rows / counts[flat][:, None]
-    out = jnp.zeros((num_weights, rows.shape[1]), rows.dtype).at[flat].add(rows)
-    return out.astype(grad.dtype)
+    return jnp.zeros((num_weights, rows.shape[1]), rows.dtype).at[flat].add(rows)
 
 
 @lowering(aten.embedding_renorm_.default, aten.embedding_renorm.default)
+@opmath
 def embedding_renorm(weight: Any, indices: Any, max_norm: Any, norm_type: Any) -> Any:
     """Rescale each referenced row whose p-norm exceeds max_norm to max_norm (in place for
     embedding_renorm_)."""
-    w = opmath(weight)
     used = jnp.zeros(weight.shape[0], jnp.bool_).at[indices.reshape(-1)].set(True)
-    norm = jnp.sum(jnp.abs(w) ** norm_type, axis=1) ** (1 / norm_type)
+    norm = jnp.sum(jnp.abs(weight) ** norm_type, axis=1) ** (1 / norm_type)
     scale = jnp.where(used & (norm > max_norm), max_norm / (norm + 1e-7), 1)
-    return (w * scale[:, None]).astype(weight.dtype)
+    return weight * scale[:, None]
 
 
 _BAG_SUM, _BAG_MEAN, _BAG_MAX = 0, 1, 2
@@ -492,9 +472,9 @@ def embedding_bag(
 ) -> Any:
     offset2bag, count = _bags(indices, offsets, include_last_offset)
     used = indices != padding_idx
-    rows = opmath(jnp.take(weight, indices, axis=0))
+    rows = upcast(jnp.take(weight, indices, axis=0))
     if per_sample_weights is not None:
-        rows = rows * opmath(per_sample_weights)[:, None]
+        rows = rows * upcast(per_sample_weights)[:, None]
     segments = jnp.where(used, offset2bag, count)
     bag_size = jax.ops.segment_sum(used.astype(jnp.int64), segments, num_segments=count)
     if mode == _BAG_MAX:
@@ -519,12 +499,12 @@ def embedding_bag(
 def _bag_rows_grad(grad: Any, indices: Any, offset2bag: Any, bag_size: Any, mode: int, per_sample_weights: Any) -> Any:
     """The gradient each index position sends to its weight row (sum and mean modes)."""
     count = grad.shape[0]
-    g = opmath(grad)[jnp.minimum(offset2bag, count - 1)]
+    g = upcast(grad)[jnp.minimum(offset2bag, count - 1)]
     g = jnp.where((offset2bag < count)[:, None], g, 0)
     if mode == _BAG_MEAN:
         g = g / jnp.maximum(bag_size, 1)[jnp.minimum(offset2bag, count - 1)][:, None].astype(g.dtype)
     if per_sample_weights is not None:
-        g = g * opmath(per_sample_weights)[:, None]
+        g = g * upcast(per_sample_weights)[:, None]
     return g
 
 
@@ -544,8 +524,8 @@ def embedding_bag_dense_backward(
     if mode == _BAG_MAX:
         dims = jnp.arange(grad.shape[1])[None, :]
         valid = maximum_indices >= 0
-        out = jnp.zeros((num_weights, grad.shape[1]), jnp.float32 if grad.dtype in _HALF else grad.dtype)
-        out = out.at[jnp.where(valid, maximum_indices, num_weights), dims].add(opmath(grad), mode="drop")
+        out = jnp.zeros((num_weights, grad.shape[1]), opmath_dtype(grad))
+        out = out.at[jnp.where(valid, maximum_indices, num_weights), dims].add(upcast(grad), mode="drop")
         return out.astype(grad.dtype)
     rows = _bag_rows_grad(grad, indices, offset2bag, bag_size, mode, per_sample_weights)
     return embedding_dense_backward(rows.astype(grad.dtype), indices, num_weights, padding_idx, scale_grad_by_freq)
@@ -583,12 +563,13 @@ def embedding_bag_backward(
 
 
 @lowering(aten._embedding_bag_per_sample_weights_backward.default)
+@opmath
 def embedding_bag_per_sample_weights_backward(
     grad: Any, weight: Any, indices: Any, offsets: Any, offset2bag: Any, mode: int, padding_idx: int = -1
 ) -> Any:
     rows = _bag_rows_grad(grad, indices, offset2bag, None, _BAG_SUM, None)
-    dots = (rows * opmath(jnp.take(weight, indices, axis=0))).sum(1)
-    return jnp.where(indices == padding_idx, 0, dots).astype(grad.dtype)
+    dots = (rows * jnp.take(weight, indices, axis=0)).sum(1)
+    return jnp.where(indices == padding_idx, 0, dots)
 
 
 # ---- losses -----------------------------------------------------------------------------
@@ -652,77 +633,77 @@ _pointwise_loss(
 
 
 @lowering(aten.binary_cross_entropy.default)
+@opmath
 def binary_cross_entropy(x: Any, target: Any, weight: Any = None, reduction: int = MEAN) -> Any:
-    xc, t = opmath(x), opmath(target)
-    loss = (t - 1) * jnp.maximum(jnp.log1p(-xc), -100) - t * jnp.maximum(jnp.log(xc), -100)
+    loss = (target - 1) * jnp.maximum(jnp.log1p(-x), -100) - target * jnp.maximum(jnp.log(x), -100)
     if weight is not None:
-        loss = loss * opmath(weight)
-    return _reduce(loss, reduction).astype(x.dtype)
+        loss = loss * weight
+    return _reduce(loss, reduction)
 
 
 @lowering(aten.binary_cross_entropy_backward.default)
+@opmath(like="x")
 def binary_cross_entropy_backward(grad: Any, x: Any, target: Any, weight: Any = None, reduction: int = MEAN) -> Any:
-    xc, t = opmath(x), opmath(target)
-    g = _reduce_grad(grad, x.shape, reduction) * (xc - t) / jnp.maximum((1 - xc) * xc, 1e-12)
+    g = _reduce_grad(grad, x.shape, reduction) * (x - target) / jnp.maximum((1 - x) * x, 1e-12)
     if weight is not None:
-        g = g * opmath(weight)
-    return g.astype(x.dtype)
+        g = g * weight
+    return g
 
 
 @lowering(aten.binary_cross_entropy_with_logits.default)
+@opmath(like="target")
 def binary_cross_entropy_with_logits(
     x: Any, target: Any, weight: Any = None, pos_weight: Any = None, reduction: int = MEAN
 ) -> Any:
-    xc, t = opmath(x), opmath(target)
-    log_sigmoid = jax.nn.log_sigmoid(xc)
+    log_sigmoid = jax.nn.log_sigmoid(x)
     if pos_weight is not None:
-        loss = (1 - t) * xc - ((opmath(pos_weight) - 1) * t + 1) * log_sigmoid
+        loss = (1 - target) * x - ((pos_weight - 1) * target + 1) * log_sigmoid
     else:
-        loss = (1 - t) * xc - log_sigmoid
+        loss = (1 - target) * x - log_sigmoid
     if weight is not None:
-        loss = loss * opmath(weight)
-    return _reduce(loss, reduction).astype(target.dtype)
+        loss = loss * weight
+    return _reduce(loss, reduction)
 
 
 def _nll(x: Any, target: Any, weight: Any, reduction: int, ignore_index: int) -> tuple[Any, Any]:
     """Per-element losses (shape of target) and the weights that count toward the mean."""
     batched = x.ndim >= 2
-    xc = opmath(x)
     valid = target != ignore_index
     safe = jnp.where(valid, target, 0)
-    picked = jnp.take_along_axis(xc, jnp.expand_dims(safe, 1 if batched else 0), axis=1 if batched else 0)
+    picked = jnp.take_along_axis(x, jnp.expand_dims(safe, 1 if batched else 0), axis=1 if batched else 0)
     picked = jnp.squeeze(picked, 1 if batched else 0)
-    w = jnp.ones_like(picked) if weight is None else opmath(weight)[safe]
+    w = jnp.ones_like(picked) if weight is None else weight[safe]
     w = jnp.where(valid, w, 0)
     return -picked * w, w
 
 
+@opmath
 def _nll_forward(x: Any, target: Any, weight: Any, reduction: int, ignore_index: int) -> Any:
     losses, w = _nll(x, target, weight, reduction, ignore_index)
     total = w.sum()
     if reduction == NONE:
         total = total if x.ndim < 2 else jnp.zeros((), total.dtype)
-        return losses.astype(x.dtype), total.astype(x.dtype)
+        return losses, total
     out = losses.sum()
     if reduction == MEAN:
         out = out / total
-    return out.astype(x.dtype), total.astype(x.dtype)
+    return out, total
 
 
+@opmath(like="x")
 def _nll_backward(
     grad: Any, x: Any, target: Any, weight: Any, reduction: int, ignore_index: int, total_weight: Any
 ) -> Any:
     _, w = _nll(x, target, weight, reduction, ignore_index)
-    g = opmath(grad)
     if reduction == MEAN:
-        g = g / opmath(total_weight)
-    scale = -w * g
+        grad = grad / total_weight
+    scale = -w * grad
     batched = x.ndim >= 2
     axis = 1 if batched else 0
     safe = jnp.where(target != ignore_index, target, 0)
     classes = jnp.arange(x.shape[axis]).reshape((-1,) + (1,) * (x.ndim - axis - 1))
     hit = jnp.expand_dims(safe, axis) == classes
-    return jnp.where(hit, jnp.expand_dims(scale, axis), 0).astype(x.dtype)
+    return jnp.where(hit, jnp.expand_dims(scale, axis), 0)
 
 
 lowering(aten.nll_loss_forward.default, aten.nll_loss2d_forward.default)(_nll_forward)
@@ -730,13 +711,13 @@ lowering(aten.nll_loss_backward.default, aten.nll_loss2d_backward.default)(_nll_
 
 
 def _multi_margin(x: Any, target: Any, p: Any, margin: Any, weight: Any, reduction: int) -> Any:
-    xc = jnp.atleast_2d(opmath(x))
+    xc = jnp.atleast_2d(x)
     t = jnp.atleast_1d(target)[:, None]
     z = margin - jnp.take_along_axis(xc, t, axis=1) + xc
     z = jnp.where(z > 0, z, 0)
     z = z if p == 1 else z * z
     if weight is not None:
-        z = z * opmath(weight)[t]
+        z = z * weight[t]
     z = jnp.where(jnp.arange(xc.shape[1]) != t, z, 0)
     if reduction == MEAN:
         return z.mean()
@@ -746,22 +727,24 @@ def _multi_margin(x: Any, target: Any, p: Any, margin: Any, weight: Any, reducti
 
 
 @lowering(aten.multi_margin_loss.default)
+@opmath
 def multi_margin_loss(
     x: Any, target: Any, p: Any = 1, margin: Any = 1, weight: Any = None, reduction: int = MEAN
 ) -> Any:
-    return _multi_margin(x, target, p, margin, weight, reduction).astype(x.dtype)
+    return _multi_margin(x, target, p, margin, weight, reduction)
 
 
 @lowering(aten.multi_margin_loss_backward.default)
+@opmath(like="x")
 def multi_margin_loss_backward(
     grad: Any, x: Any, target: Any, p: Any, margin: Any, weight: Any = None, reduction: int = MEAN
 ) -> Any:
-    _, vjp = jax.vjp(lambda v: _multi_margin(v, target, p, margin, weight, reduction), opmath(x))
-    return vjp(opmath(grad))[0].astype(x.dtype)
+    _, vjp = jax.vjp(lambda v: _multi_margin(v, target, p, margin, weight, reduction), x)
+    return vjp(grad)[0]
 
 
 def _multilabel_margin(x: Any, target: Any, reduction: int) -> tuple[Any, Any]:
-    xc, t = jnp.atleast_2d(opmath(x)), jnp.atleast_2d(target)
+    xc, t = jnp.atleast_2d(x), jnp.atleast_2d(target)
     dim = xc.shape[1]
     idx = jnp.arange(dim)
     end = jnp.min(jnp.where(t == -1, idx, dim), axis=-1, keepdims=True)
@@ -781,15 +764,16 @@ def _multilabel_margin(x: Any, target: Any, reduction: int) -> tuple[Any, Any]:
 
 
 @lowering(aten.multilabel_margin_loss_forward.default)
+@opmath
 def multilabel_margin_loss_forward(x: Any, target: Any, reduction: int) -> Any:
-    loss, is_target = _multilabel_margin(x, target, reduction)
-    return loss.astype(x.dtype), is_target.astype(x.dtype)
+    return _multilabel_margin(x, target, reduction)
 
 
 @lowering(aten.multilabel_margin_loss_backward.default)
+@opmath(like="x")
 def multilabel_margin_loss_backward(grad: Any, x: Any, target: Any, reduction: int, is_target: Any) -> Any:
-    _, vjp = jax.vjp(lambda v: _multilabel_margin(v, target, reduction)[0], opmath(x))
-    return vjp(opmath(grad))[0].astype(x.dtype)
+    _, vjp = jax.vjp(lambda v: _multilabel_margin(v, target, reduction)[0], x)
+    return vjp(grad)[0]
 
 
 def _logsumexp(*terms: Any) -> Any:
@@ -803,7 +787,7 @@ def _logsumexp(*terms: Any) -> Any:
 
 def _ctc(log_probs: Any, targets: Any, input_lengths: Any, target_lengths: Any, blank: int) -> tuple[Any, Any]:
     """CTC forward (alpha) recursion: per-sequence negative log likelihood and log_alpha."""
-    lp = opmath(log_probs)
+    lp = log_probs
     lengths_static = isinstance(target_lengths, (list, tuple))
     il, tl = jnp.asarray(input_lengths), jnp.asarray(target_lengths)
     if lengths_static:
@@ -849,6 +833,7 @@ def _batched_ctc(log_probs: Any, targets: Any) -> tuple[Any, Any]:
 
 
 @lowering(aten._ctc_loss.default, aten._ctc_loss.Tensor)
+@opmath
 def ctc_loss(
     log_probs: Any, targets: Any, input_lengths: Any, target_lengths: Any, blank: int = 0, zero_infinity: bool = False
 ) -> Any:
@@ -858,10 +843,11 @@ def ctc_loss(
         nll = jnp.where(jnp.isinf(nll), 0, nll)
     if log_probs.ndim == 2:
         nll, log_alpha = nll[0], log_alpha[0]
-    return nll.astype(log_probs.dtype), log_alpha.astype(log_probs.dtype)
+    return nll, log_alpha
 
 
 @lowering(aten._ctc_loss_backward.default, aten._ctc_loss_backward.Tensor)
+@opmath(like="log_probs")
 def ctc_loss_backward(
     grad: Any,
     log_probs: Any,
@@ -876,15 +862,15 @@ def ctc_loss_backward(
     """PyTorch's CTC gradient (Graves eq. 16): exp(lp) - occupancy / likelihood, i.e. the
     gradient with respect to the activations before log_softmax, zero past each input length."""
     lp, tg = _batched_ctc(log_probs, targets)
-    g = opmath(grad).reshape(-1)
-    nll, vjp = jax.vjp(lambda v: _ctc(v, tg, input_lengths, target_lengths, blank)[0], opmath(lp))
+    g = grad.reshape(-1)
+    nll, vjp = jax.vjp(lambda v: _ctc(v, tg, input_lengths, target_lengths, blank)[0], lp)
     (d_lp,) = vjp(g)
-    result = jnp.exp(opmath(lp)) * g[None, :, None] + d_lp
+    result = jnp.exp(lp) * g[None, :, None] + d_lp
     live = jnp.arange(lp.shape[0])[:, None] < jnp.asarray(input_lengths)[None, :]
     if zero_infinity:
         live = live & ~jnp.isinf(nll)[None, :]
     result = jnp.where(live[:, :, None], result, 0)
-    return result.reshape(log_probs.shape).astype(log_probs.dtype)
+    return result.reshape(log_probs.shape)
 
 
 # ---- attention --------------------------------------------------------------------------

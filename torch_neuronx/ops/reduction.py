@@ -9,7 +9,6 @@ casting to PyTorch's result dtype: `sum`/`prod`/`cumsum` of integers or bool giv
 
 from __future__ import annotations
 
-import builtins
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -18,6 +17,7 @@ import jax.numpy as jnp
 import torch
 
 from . import lowering
+from ._common import accumulate, wrap_dim
 from ._dtypes import cast, torch_dtype
 
 aten = torch.ops.aten
@@ -25,16 +25,6 @@ Dim = int | Sequence[int] | None
 
 
 # ---- shared helpers ---------------------------------------------------------------------
-
-
-def wrap_dim(dim: int, ndim: int, name: str) -> int:
-    """PyTorch's dim wrapping: a 0-d tensor accepts 0 and -1."""
-    n = builtins.max(ndim, 1)
-    if not -n <= dim < n:
-        raise IndexError(
-            f"neuron: {name}: Dimension out of range (expected to be in range of [{-n}, {n - 1}], but got {dim})"
-        )
-    return dim % n
 
 
 def axes(ndim: int, dim: Dim, name: str, empty_is_all: bool = True) -> tuple[int, ...]:
@@ -49,11 +39,6 @@ def axes(ndim: int, dim: Dim, name: str, empty_is_all: bool = True) -> tuple[int
             raise RuntimeError(f"neuron: {name}: dim {w} appears multiple times in the list of dims")
         wrapped.append(w)
     return tuple(wrapped) if ndim else ()
-
-
-def accumulate(dtype: torch.dtype) -> torch.dtype:
-    """The dtype PyTorch CPU accumulates `dtype` in."""
-    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
 
 
 def integral_to_long(x: Any, dtype: torch.dtype | None) -> torch.dtype:

@@ -17,17 +17,13 @@ import jax.numpy as jnp
 import numpy as np
 import torch
 from jax import lax
-from torch._prims_common import canonicalize_dim
 
 from . import check, lowering
+from ._common import wrap_dim
 from ._dtypes import cast, jax_dtype, promote, torch_dtype
 from .geometry import Geometry, read, write
 
 aten = torch.ops.aten
-
-
-def _dim(dim: int, ndim: int) -> int:
-    return canonicalize_dim(max(ndim, 1), dim)
 
 
 # ---- views made dense -------------------------------------------------------------------
@@ -132,7 +128,7 @@ def cat(tensors: list, dim: int = 0) -> Any:
     kept = [t for t in tensors if not (t.ndim == 1 and t.shape[0] == 0)]  # legacy: skipped like PyTorch
     if not kept:
         return jnp.zeros((0,), dtype)
-    dim = _dim(dim, kept[0].ndim)
+    dim = wrap_dim(dim, kept[0].ndim)
     first = kept[0]
     for i, t in enumerate(kept):
         if t.ndim != first.ndim:
@@ -155,7 +151,7 @@ def stack(tensors: list, dim: int = 0) -> Any:
                 f"stack expects each tensor to be equal size, but got {list(tensors[0].shape)} at entry 0 and "
                 f"{list(t.shape)} at entry {i}"
             )
-    return jnp.stack([t.astype(dtype) for t in tensors], axis=canonicalize_dim(tensors[0].ndim + 1, dim))
+    return jnp.stack([t.astype(dtype) for t in tensors], axis=wrap_dim(dim, tensors[0].ndim + 1))
 
 
 @lowering(aten.block_diag.default)
@@ -182,7 +178,7 @@ def block_diag(tensors: list) -> Any:
 
 @lowering(aten.flip.default)
 def flip(self: Any, dims: list) -> Any:
-    axes = tuple(_dim(d, self.ndim) for d in dims)
+    axes = tuple(wrap_dim(d, self.ndim) for d in dims)
     if len(set(axes)) != len(axes):
         raise RuntimeError("flip: dims has duplicates")
     return jnp.flip(self, axes) if self.ndim else self
@@ -196,7 +192,7 @@ def roll(self: Any, shifts: list, dims: list = ()) -> Any:
         return jnp.roll(self.reshape(-1), shifts[0]).reshape(self.shape)
     if len(shifts) != len(dims):
         raise RuntimeError(f"shifts and dimensions must align. shifts: {len(shifts)}, dims:{len(dims)}")
-    return jnp.roll(self, tuple(shifts), tuple(_dim(d, self.ndim) for d in dims))
+    return jnp.roll(self, tuple(shifts), tuple(wrap_dim(d, self.ndim) for d in dims))
 
 
 @lowering(aten.tril.default)
@@ -250,7 +246,7 @@ def repeat_interleave(repeats: Any, output_size: int | None = None, size: int | 
 @lowering(aten.diag_embed.default)
 def diag_embed(self: Any, offset: int = 0, dim1: int = -2, dim2: int = -1) -> Any:
     ndim = self.ndim + 1
-    d1, d2 = canonicalize_dim(ndim, dim1), canonicalize_dim(ndim, dim2)
+    d1, d2 = wrap_dim(dim1, ndim), wrap_dim(dim2, ndim)
     if d1 == d2:
         raise RuntimeError(f"diagonal dimensions cannot be identical {dim1}, {dim2}")
     n = self.shape[-1] + abs(offset) if self.ndim else abs(offset) + 1

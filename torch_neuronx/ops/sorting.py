@@ -19,8 +19,9 @@ import torch
 from jax import lax
 
 from . import lowering
+from ._common import wrap_dim
 from ._dtypes import cast, promote
-from .reduction import along, wrap_dim
+from .reduction import along
 
 aten = torch.ops.aten
 

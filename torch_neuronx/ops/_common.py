@@ -1,0 +1,127 @@
+"""Rules every lowering family shares, stated once:
+
+- opmath: PyTorch CPU computes float16 and bfloat16 in float32 (`accumulate`, `opmath_dtype`,
+  `upcast` for one value, the `@opmath` decorator for a whole lowering, `linear_vjp`);
+- errors for arguments a lowering rejects (`fail_unless`, `unsupported`);
+- dims: PyTorch's dim wrapping and its IndexError (`wrap_dim`), per-spatial-dim parameters
+  (`per_dim`).
+
+Family modules import these from here; this module imports no family module.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable, Sequence
+from typing import Any, NoReturn
+
+import jax
+import jax.numpy as jnp
+import torch
+
+from ._dtypes import jax_dtype, torch_dtype
+
+Array = Any
+
+# ---- opmath -----------------------------------------------------------------------------
+
+
+def accumulate(dtype: torch.dtype) -> torch.dtype:
+    """PyTorch CPU's opmath (accumulation) dtype: float32 for float16 and bfloat16, else `dtype`."""
+    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+
+
+def opmath_dtype(x: Array) -> Any:
+    """The jax dtype `x` computes in (`accumulate` of its dtype)."""
+    return jax_dtype(accumulate(torch_dtype(x)))
+
+
+def is_half(x: Array) -> bool:
+    """Whether `x` computes in a wider dtype than its own (float16 and bfloat16)."""
+    return x.dtype != opmath_dtype(x)
+
+
+def upcast(x: Array) -> Array:
+    """`x` in its opmath dtype; `x` itself (weak type kept) where that is its own dtype."""
+    return x.astype(jnp.float32) if is_half(x) else x
+
+
+def _upcast_leaf(value: Any) -> Any:
+    return upcast(value) if isinstance(value, jax.Array) and jnp.issubdtype(value.dtype, jnp.floating) else value
+
+
+def opmath(fn: Callable[..., Any] | None = None, *, like: str | None = None) -> Any:
+    """Decorator for a lowering that computes in opmath: every float16/bfloat16 array argument
+    arrives as float32, and every floating result is cast to the dtype argument `like` (by
+    default the first) had on entry. Unlike `torch._decomp`'s `pw_cast_for_opmath`, arguments
+    are not promoted to one dtype: each is widened on its own, as PyTorch CPU's kernels do.
+    Use `@opmath` or `@opmath(like="x")`."""
+
+    def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
+        signature = inspect.signature(fn)
+        name = like or next(iter(signature.parameters))
+
+        @functools.wraps(fn)
+        def lowered(*args: Any, **kwargs: Any) -> Any:
+            dtype = signature.bind(*args, **kwargs).arguments[name].dtype
+            out = fn(*jax.tree.map(_upcast_leaf, args), **jax.tree.map(_upcast_leaf, kwargs))
+            return jax.tree.map(lambda r: r.astype(dtype) if jnp.issubdtype(r.dtype, jnp.floating) else r, out)
+
+        return lowered
+
+    return decorate if fn is None else decorate(fn)
+
+
+def linear_vjp(fn: Callable[[Array], Array], shape: Sequence[int], grad: Array) -> Array:
+    """The adjoint of the linear map `fn` (on inputs of `shape`) applied to `grad`: computed in
+    the grad's opmath dtype, returned in the grad's dtype."""
+    compute = opmath_dtype(grad)
+    _, vjp = jax.vjp(fn, jnp.zeros(tuple(shape), compute))
+    return vjp(grad.astype(compute))[0].astype(grad.dtype)
+
+
+# ---- errors -----------------------------------------------------------------------------
+
+
+def _context(op: str | None, x: Array | None) -> str:
+    """The prefix naming the failing op (and its input's dtype) in an error message."""
+    if op is None:
+        return ""
+    if x is None:
+        return f"neuron: {op}: "
+    return f"neuron: {op} ({torch_dtype(x)} on neuron): "
+
+
+def fail_unless(ok: bool, op: str, message: str, x: Array | None = None, error: type[Exception] = RuntimeError) -> None:
+    """Raise `error` with PyTorch's `message` for bad arguments, naming the op (and the dtype of
+    `x`, when given)."""
+    if not ok:
+        raise error(_context(op, x) + message)
+
+
+def unsupported(op: str, x: Array, needs: str) -> NoReturn:
+    """Reject a dtype the op does not take; `needs` says what it takes."""
+    raise RuntimeError(f"neuron: {op} is not supported for {torch_dtype(x)} tensors on the neuron device; {needs}")
+
+
+# ---- dims -------------------------------------------------------------------------------
+
+
+def wrap_dim(dim: int, ndim: int, op: str | None = None, x: Array | None = None) -> int:
+    """PyTorch's dim wrapping (`maybe_wrap_dim`): `dim` in [-n, n) as a non-negative axis, with
+    n = max(ndim, 1), so a 0-d tensor takes 0 and -1. Out of range it raises PyTorch's IndexError,
+    prefixed as `fail_unless` does when `op` is given."""
+    n = max(ndim, 1)
+    if not -n <= dim < n:
+        raise IndexError(
+            _context(op, x) + f"Dimension out of range (expected to be in range of [{-n}, {n - 1}], but got {dim})"
+        )
+    return dim % n
+
+
+def per_dim(values: Sequence[int], n: int) -> tuple[int, ...]:
+    """A per-spatial-dim parameter (kernel size, stride, ...) for `n` dims: a single value
+    stands for every dim."""
+    values = tuple(values)
+    return values * n if len(values) == 1 else values
