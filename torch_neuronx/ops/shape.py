@@ -1,5 +1,5 @@
 """Shape and layout ops that compute new data: cat/stack, flip/roll, padding (+ backward),
-tril/triu, repeat/repeat_interleave, diag_embed, and the `*_copy` forms of view ops.
+tril/triu, repeat/repeat_interleave, and the `*_copy` forms of view ops.
 
 A `*_copy` op (what compile graphs and functionalization use) is its view op made dense: the
 view's geometry is computed by PyTorch on a meta tensor and read out of the input's row-major
@@ -238,24 +238,6 @@ def repeat_interleave(repeats: Any, output_size: int | None = None, size: int | 
     if output_size is not None:
         check(jnp.sum(repeats) == output_size, RuntimeError, "allocated size does not match required size")
     return jnp.repeat(jnp.arange(repeats.shape[0], dtype=repeats.dtype), repeats, total_repeat_length=total)
-
-
-# ---- diagonals --------------------------------------------------------------------------
-
-
-@lowering(aten.diag_embed.default)
-def diag_embed(self: Any, offset: int = 0, dim1: int = -2, dim2: int = -1) -> Any:
-    ndim = self.ndim + 1
-    d1, d2 = wrap_dim(dim1, ndim), wrap_dim(dim2, ndim)
-    if d1 == d2:
-        raise RuntimeError(f"diagonal dimensions cannot be identical {dim1}, {dim2}")
-    n = self.shape[-1] + abs(offset) if self.ndim else abs(offset) + 1
-    rest = list(self.shape[:-1])
-    shape = []
-    for d in range(ndim):
-        shape.append(n if d in (d1, d2) else rest.pop(0))
-    out = jnp.zeros(shape, self.dtype)
-    return write_view(out, view_geometry(aten.diagonal.default, shape, offset, d1, d2), self)
 
 
 # ---- padding ----------------------------------------------------------------------------
