@@ -1,0 +1,372 @@
+"""Pooling (max, average, adaptive; 2-d and 3-d, with backward) and the sliding-window ops
+built on the same windows (im2col/col2im).
+
+Windows are gathered with static strided slices, so their geometry costs nothing at run time.
+Averages compute in the input's opmath dtype. Backward ops are the `jax.vjp` of the forward
+(average pooling, im2col) or a scatter of the gradient through the saved argmax indices (max
+pooling), as PyTorch does.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import torch
+
+from . import lowering
+from ._common import linear_vjp, opmath, per_dim, upcast
+
+aten = torch.ops.aten
+_HIGHEST = jax.lax.Precision.HIGHEST
+
+
+# ---- pooling windows --------------------------------------------------------------------
+
+
+def _pool_out(size: int, k: int, s: int, p: int, d: int, ceil_mode: bool) -> int:
+    """PyTorch's pooling_output_shape: in ceil mode the last window must start in the input."""
+    out = (size + 2 * p - d * (k - 1) - 1 + (s - 1 if ceil_mode else 0)) // s + 1
+    if ceil_mode and (out - 1) * s >= size + p:
+        out -= 1
+    return out
+
+
+class Windows:
+    """The pooling windows over the last `nd` axes: static geometry plus a gather."""
+
+    def __init__(
+        self,
+        shape: Sequence[int],
+        kernel: Sequence[int],
+        stride: Sequence[int],
+        padding: Sequence[int],
+        dilation: Sequence[int],
+        ceil_mode: bool,
+    ) -> None:
+        nd = len(kernel)
+        self.nd, self.kernel = nd, tuple(kernel)
+        self.stride = tuple(stride) if stride else self.kernel
+        self.padding, self.dilation = tuple(padding), tuple(dilation)
+        self.size = tuple(shape[-nd:])
+        self.out = tuple(
+            _pool_out(n, k, s, p, d, ceil_mode)
+            for n, k, s, p, d in zip(self.size, self.kernel, self.stride, self.padding, self.dilation)
+        )
+        # Per dim, the input coordinate of (kernel offset, output position); may fall outside.
+        self.coords = [
+            np.arange(k)[:, None] * d + np.arange(o)[None, :] * s - p
+            for k, s, p, d, o in zip(self.kernel, self.stride, self.padding, self.dilation, self.out)
+        ]
+
+    def patches(self, x: Any, fill: Any) -> Any:
+        """x[..., *spatial] -> [..., K, *out] (K = prod(kernel), kernel offsets row-major)."""
+        pads = [(0, 0)] * (x.ndim - self.nd)
+        for n, k, s, p, d, o in zip(self.size, self.kernel, self.stride, self.padding, self.dilation, self.out):
+            pads.append((p, max(0, (o - 1) * s + d * (k - 1) + 1 - n - p)))
+        xp = jnp.pad(x, pads, constant_values=fill)
+        lead = x.ndim - self.nd
+        slices = []
+        for offsets in itertools.product(*(range(k) for k in self.kernel)):
+            index = [slice(None)] * lead
+            for off, s, d, o in zip(offsets, self.stride, self.dilation, self.out):
+                index.append(slice(off * d, off * d + (o - 1) * s + 1, s))
+            slices.append(xp[tuple(index)])
+        return jnp.stack(slices, axis=lead)
+
+    def table(self, per_dim: Callable[[int, Any], Any], combine: Callable[[Any, Any], Any]) -> np.ndarray:
+        """A static [K, *out] table combining per-dim [k_d, o_d] tables over all dims."""
+        result = None
+        for dim, coords in enumerate(self.coords):
+            value = per_dim(dim, coords)
+            shape = [1] * (2 * self.nd)
+            shape[dim], shape[self.nd + dim] = value.shape
+            value = value.reshape(shape)
+            result = value if result is None else combine(result, value)
+        k = math.prod(self.kernel)
+        return np.asarray(result).reshape((k, *self.out))
+
+    def flat_index(self) -> np.ndarray:
+        """[K, *out] flat input index (row-major over the spatial dims) of each window tap."""
+        strides = [math.prod(self.size[d + 1 :]) for d in range(self.nd)]
+        return self.table(lambda d, c: c * strides[d], np.add).astype(np.int64)
+
+    def valid(self) -> np.ndarray:
+        return self.table(lambda d, c: (c >= 0) & (c < self.size[d]), np.logical_and)
+
+
+def _lowest(dtype: Any) -> Any:
+    if jnp.issubdtype(dtype, jnp.floating):
+        return -jnp.inf
+    return jnp.iinfo(dtype).min
+
+
+def _argmax_pool(x: Any, windows: Windows) -> tuple[Any, Any]:
+    """Max over each window and the flat input index of the first maximum (NaN wins),
+    as PyTorch's CPU kernels pick it."""
+    lead = x.ndim - windows.nd
+    patches = windows.patches(x, _lowest(x.dtype))
+    choice = jnp.argmax(patches, axis=lead)
+    valid = windows.valid()
+    # A window whose valid taps are all -inf must still point at its first valid tap.
+    first_valid = np.argmax(valid, axis=0)
+    choice_valid = jnp.asarray(valid).reshape(-1)[_flat_choice(choice, windows)]
+    choice = jnp.where(choice_valid, choice, first_valid)
+    values = jnp.take_along_axis(patches, jnp.expand_dims(choice, lead), axis=lead).squeeze(lead)
+    flat = jnp.asarray(windows.flat_index()).reshape(-1)[_flat_choice(choice, windows)]
+    return values, flat
+
+
+def _flat_choice(choice: Any, windows: Windows) -> Any:
+    """Index into a flattened [K, *out] table for each output position's chosen tap."""
+    positions = math.prod(windows.out)
+    return choice * positions + jnp.arange(positions).reshape(windows.out)
+
+
+def _scatter_grad(grad: Any, indices: Any, shape: Sequence[int], nd: int) -> Any:
+    """Add each output gradient into the input position its index names."""
+    lead = tuple(shape[: len(shape) - nd])
+    rows = math.prod(lead)
+    positions = math.prod(grad.shape[len(lead) :])
+    g = upcast(grad).reshape(rows, positions)
+    idx = indices.reshape(rows, positions)
+    out = jnp.zeros((rows, math.prod(shape[len(shape) - nd :])), g.dtype)
+    out = out.at[jnp.arange(rows)[:, None], idx].add(g)
+    return out.reshape(shape).astype(grad.dtype)
+
+
+def _max_pool(nd: int) -> Callable[..., Any]:
+    def max_pool_with_indices(
+        x: Any,
+        kernel_size: Sequence[int],
+        stride: Sequence[int] = (),
+        padding: Sequence[int] = (0,),
+        dilation: Sequence[int] = (1,),
+        ceil_mode: bool = False,
+    ) -> Any:
+        windows = Windows(
+            x.shape,
+            per_dim(kernel_size, nd),
+            per_dim(stride, nd) if stride else (),
+            per_dim(padding, nd),
+            per_dim(dilation, nd),
+            ceil_mode,
+        )
+        return _argmax_pool(x, windows)
+
+    return max_pool_with_indices
+
+
+def _max_pool_backward(nd: int) -> Callable[..., Any]:
+    def max_pool_with_indices_backward(
+        grad: Any,
+        x: Any,
+        kernel_size: Sequence[int],
+        stride: Sequence[int],
+        padding: Sequence[int],
+        dilation: Sequence[int],
+        ceil_mode: bool,
+        indices: Any,
+    ) -> Any:
+        return _scatter_grad(grad, indices, x.shape, nd)
+
+    return max_pool_with_indices_backward
+
+
+lowering(aten.max_pool2d_with_indices.default)(_max_pool(2))
+lowering(aten.max_pool3d_with_indices.default)(_max_pool(3))
+lowering(aten.max_pool2d_with_indices_backward.default)(_max_pool_backward(2))
+lowering(aten.max_pool3d_with_indices_backward.default)(_max_pool_backward(3))
+
+
+def _avg_divisor(windows: Windows, count_include_pad: bool) -> np.ndarray:
+    """[*out] number of taps each average divides by (PyTorch's pool_size rule)."""
+    result = np.ones(windows.out)
+    for d, (n, k, s, p, o) in enumerate(
+        zip(windows.size, windows.kernel, windows.stride, windows.padding, windows.out)
+    ):
+        start = np.arange(o) * s - p
+        end = np.minimum(start + k, n + p)
+        if not count_include_pad:
+            start, end = np.maximum(start, 0), np.minimum(end, n)
+        shape = [1] * windows.nd
+        shape[d] = o
+        result = result * (end - start).reshape(shape)
+    return result
+
+
+def _avg_pool(nd: int) -> Callable[..., Any]:
+    @opmath
+    def avg_pool(
+        x: Any,
+        kernel_size: Sequence[int],
+        stride: Sequence[int] = (),
+        padding: Sequence[int] = (0,),
+        ceil_mode: bool = False,
+        count_include_pad: bool = True,
+        divisor_override: int | None = None,
+    ) -> Any:
+        windows = Windows(
+            x.shape,
+            per_dim(kernel_size, nd),
+            per_dim(stride, nd) if stride else (),
+            per_dim(padding, nd),
+            (1,) * nd,
+            ceil_mode,
+        )
+        total = windows.patches(x, 0).sum(axis=x.ndim - nd)
+        return total / (divisor_override or _avg_divisor(windows, count_include_pad).astype(x.dtype))
+
+    return avg_pool
+
+
+def _avg_pool_backward(nd: int) -> Callable[..., Any]:
+    forward = _avg_pool(nd)
+
+    def avg_pool_backward(
+        grad: Any,
+        x: Any,
+        kernel_size: Sequence[int],
+        stride: Sequence[int],
+        padding: Sequence[int],
+        ceil_mode: bool,
+        count_include_pad: bool,
+        divisor_override: int | None,
+    ) -> Any:
+        def fn(v: Any) -> Any:
+            return forward(v, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override)
+
+        return linear_vjp(fn, x.shape, grad)
+
+    return avg_pool_backward
+
+
+lowering(aten.avg_pool2d.default)(_avg_pool(2))
+lowering(aten.avg_pool3d.default)(_avg_pool(3))
+lowering(aten.avg_pool2d_backward.default)(_avg_pool_backward(2))
+lowering(aten.avg_pool3d_backward.default)(_avg_pool_backward(3))
+
+
+# ---- adaptive pooling -------------------------------------------------------------------
+
+
+def _adaptive_bounds(size: int, out: int) -> tuple[np.ndarray, np.ndarray]:
+    i = np.arange(out)
+    return (i * size) // out, -((-(i + 1) * size) // out)
+
+
+def _adaptive_avg(nd: int) -> Callable[..., Any]:
+    @opmath
+    def adaptive_avg_pool(x: Any, output_size: Sequence[int]) -> Any:
+        y = x
+        counts = np.ones(())
+        for d, out in enumerate(per_dim(output_size, nd)):
+            axis = x.ndim - nd + d
+            start, end = _adaptive_bounds(x.shape[axis], out)
+            taps = np.arange(x.shape[axis])
+            member = ((taps >= start[:, None]) & (taps < end[:, None])).astype(np.float64)
+            y = jnp.moveaxis(
+                jnp.tensordot(y, jnp.asarray(member, x.dtype), ((axis,), (1,)), precision=_HIGHEST), -1, axis
+            )
+            counts = np.multiply.outer(counts, end - start)
+        return y / jnp.asarray(counts, x.dtype)
+
+    return adaptive_avg_pool
+
+
+def _adaptive_avg_backward(nd: int) -> Callable[..., Any]:
+    forward = _adaptive_avg(nd)
+
+    def adaptive_avg_pool_backward(grad: Any, x: Any) -> Any:
+        return linear_vjp(lambda v: forward(v, grad.shape[-nd:]), x.shape, grad)
+
+    return adaptive_avg_pool_backward
+
+
+lowering(aten._adaptive_avg_pool2d.default)(_adaptive_avg(2))
+lowering(aten._adaptive_avg_pool3d.default)(_adaptive_avg(3))
+lowering(aten._adaptive_avg_pool2d_backward.default)(_adaptive_avg_backward(2))
+lowering(aten._adaptive_avg_pool3d_backward.default)(_adaptive_avg_backward(3))
+
+
+def _adaptive_max(nd: int) -> Callable[..., Any]:
+    def adaptive_max_pool(x: Any, output_size: Sequence[int]) -> Any:
+        lead = x.ndim - nd
+        size = x.shape[lead:]
+        out = per_dim(output_size, nd)
+        # Gather a fixed number of taps per window, repeating the last one in short windows
+        # (a repeat never changes the max nor which tap is first).
+        y = x
+        coords = []
+        for d, (n, o) in enumerate(zip(size, out)):
+            start, end = _adaptive_bounds(n, o)
+            kmax = int((end - start).max()) if o else 1
+            idx = np.minimum(start[:, None] + np.arange(kmax)[None, :], end[:, None] - 1)
+            y = jnp.take(y, jnp.asarray(idx.reshape(-1)), axis=lead + 2 * d).reshape(
+                y.shape[: lead + 2 * d] + idx.shape + y.shape[lead + 2 * d + 1 :]
+            )
+            coords.append(idx)
+        # y: [..., o0, k0, o1, k1, ...] -> [..., o0, o1, ..., k0*k1*...]
+        order = list(range(lead)) + [lead + 2 * d for d in range(nd)] + [lead + 2 * d + 1 for d in range(nd)]
+        taps = math.prod(idx.shape[1] for idx in coords)
+        y = y.transpose(order).reshape((*x.shape[:lead], *out, taps))
+        choice = jnp.argmax(y, axis=-1)
+        values = jnp.take_along_axis(y, choice[..., None], axis=-1)[..., 0]
+        strides = [math.prod(size[d + 1 :]) for d in range(nd)]
+        flat = 0
+        for d, idx in enumerate(coords):
+            shape = [1] * (2 * nd)
+            shape[d], shape[nd + d] = idx.shape
+            flat = flat + idx.reshape(shape) * strides[d]
+        flat = np.asarray(flat).reshape((*out, taps))
+        index = jnp.take_along_axis(jnp.broadcast_to(jnp.asarray(flat), y.shape), choice[..., None], axis=-1)
+        return values, index[..., 0].astype(jnp.int64)
+
+    return adaptive_max_pool
+
+
+def _adaptive_max_backward(nd: int) -> Callable[..., Any]:
+    def adaptive_max_pool_backward(grad: Any, x: Any, indices: Any) -> Any:
+        return _scatter_grad(grad, indices, x.shape, nd)
+
+    return adaptive_max_pool_backward
+
+
+lowering(aten.adaptive_max_pool2d.default)(_adaptive_max(2))
+lowering(aten.adaptive_max_pool3d.default)(_adaptive_max(3))
+lowering(aten.adaptive_max_pool2d_backward.default)(_adaptive_max_backward(2))
+lowering(aten.adaptive_max_pool3d_backward.default)(_adaptive_max_backward(3))
+
+
+# ---- sliding windows as columns ---------------------------------------------------------
+
+
+@lowering(aten.im2col.default)
+def im2col(
+    x: Any, kernel_size: Sequence[int], dilation: Sequence[int], padding: Sequence[int], stride: Sequence[int]
+) -> Any:
+    windows = Windows(
+        x.shape, per_dim(kernel_size, 2), per_dim(stride, 2), per_dim(padding, 2), per_dim(dilation, 2), False
+    )
+    patches = windows.patches(x, 0)  # [..., C, K, oh, ow]
+    lead = patches.shape[:-4]
+    return patches.reshape((*lead, patches.shape[-4] * patches.shape[-3], math.prod(windows.out)))
+
+
+@lowering(aten.col2im.default)
+def col2im(
+    cols: Any,
+    output_size: Sequence[int],
+    kernel_size: Sequence[int],
+    dilation: Sequence[int],
+    padding: Sequence[int],
+    stride: Sequence[int],
+) -> Any:
+    channels = cols.shape[-2] // math.prod(per_dim(kernel_size, 2))
+    shape = (*cols.shape[:-2], channels, *per_dim(output_size, 2))
+    return linear_vjp(lambda v: im2col(v, kernel_size, dilation, padding, stride), shape, cols)
