@@ -13,13 +13,14 @@ def info() -> None:
 
     import torch_neuronx
     from torch_neuronx import ops
-    from torch_neuronx.runtime import platform
+    from torch_neuronx.runtime import native, platform
 
     print(f"torchneuron {torch_neuronx.__version__}  torch {torch.__version__}  jax {jax.__version__}")
     print(f"platform: {platform.platform_name()}  device: {platform.device()}")
     props = torch.neuron.get_device_properties(0)
     print(f"device: {props.name}, capacity {props.total_memory / 2**30:.1f} GiB")
     print(f"native lowerings: {len(ops.load())} ATen overloads")
+    print(f"eager path: {native.status()}")
     print(f"persistent compilation cache: {platform.cache_dir()}")
 
 

@@ -31,6 +31,7 @@ from ..eager.storage_io import (
     load_storages,
     read_tensor,
     rng_inputs,
+    scalar_input,
     with_donated,
     write_tensor,
     written_slots,
@@ -91,7 +92,7 @@ class Executable:
             writable = written_slots([k for n, k in zip(self.inputs, key) if n in self.written])
             donated = buffer_positions(writable, key[-1])
             entry.fn = jitted(self._traceable(key, entry, writable), donated, len(call.buffers))
-            outputs, new_buffers = entry.fn(call.buffers, call.scalars)  # traces and compiles
+            results = entry.fn(*call.buffers, *call.scalars)  # traces and compiles
             if self.last_key is not None:
                 reason = describe_change(self.inputs, self.last_key, key)
                 counters.recompile(self.name, reason)
@@ -103,13 +104,14 @@ class Executable:
             log.info("compiled `%s` (%d nodes) in %.2f s", self.name, len(self.nodes), seconds)
         else:
             counters.hit()
-            outputs, new_buffers = entry.fn(call.buffers, call.scalars)
-        self._finish(entry, call, outputs, new_buffers, env)
+            results = entry.fn(*call.buffers, *call.scalars)
+        self._finish(entry, call, results, env)
 
-    def _finish(self, entry: Compiled, call: CallInputs, outputs: list, new_buffers: list, env: dict) -> None:
-        for slot, buf in zip(entry.mutated_slots, new_buffers):
+    def _finish(self, entry: Compiled, call: CallInputs, results: tuple, env: dict) -> None:
+        """`results`: the executable's outputs, then the new buffers of the storages it wrote."""
+        for slot, buf in zip(entry.mutated_slots, results[len(results) - len(entry.mutated_slots) :]):
             call.allocs[slot].buffer = buf
-        buffers = iter(outputs)
+        buffers = iter(results)
         for node, (tree, specs) in zip(self.outputs, entry.outputs):
             leaves = [spec[1] if spec[0] == _STATIC else tensor_on_new_storage(*spec, next(buffers)) for spec in specs]
             env[node] = tree_unflatten(leaves, tree)
@@ -215,7 +217,7 @@ def _input_key(value: Any, node: Node, call: CallInputs) -> Any:
     if isinstance(value, torch.Tensor):
         return call.tensor(value, node.name)
     if isinstance(value, DYNAMIC_SCALARS):
-        call.scalars.append(value)
+        call.scalars.append(scalar_input(value))
         return type(value)
     return (_STATIC, value)
 

@@ -18,6 +18,7 @@
 #include <c10/core/StorageImpl.h>
 #include <c10/core/TensorImpl.h>
 #include <c10/util/Exception.h>
+#include <c10/util/SmallVector.h>
 #include <torch/csrc/Dtype.h>
 #include <torch/csrc/DynamicTypes.h>
 #include <torch/csrc/jit/python/pybind_utils.h>
@@ -66,7 +67,7 @@ struct Stats {
 
 class Memory {
  public:
-  explicit Memory(int64_t capacity) : capacity(capacity) {}
+  Memory(int64_t capacity, bool async_dispatch) : capacity(capacity), async_dispatch_(async_dispatch) {}
 
   std::pair<uint64_t, std::shared_ptr<Allocation>> allocate(int64_t nbytes, py::object buffer, c10::ScalarType dtype) {
     reap();
@@ -113,7 +114,7 @@ class Memory {
       table.erase(it);
       stats.allocated -= alloc->nbytes;
       stats.num_free += 1;
-      if (!alloc->buffer.is_none()) {
+      if (async_dispatch_ && !alloc->buffer.is_none() && !computed(alloc->buffer)) {
         retired_bytes_ += alloc->nbytes;
         retired_.emplace_back(std::move(alloc->buffer), alloc->nbytes);
       }
@@ -128,7 +129,7 @@ class Memory {
     std::vector<std::pair<py::object, int64_t>> kept;
     int64_t bytes = 0;
     for (auto& [buffer, n] : retired_) {
-      if (buffer.attr("is_deleted")().cast<bool>() || buffer.attr("is_ready")().cast<bool>()) continue;
+      if (computed(buffer)) continue;
       bytes += n;
       kept.emplace_back(std::move(buffer), n);
     }
@@ -175,6 +176,23 @@ class Memory {
   }
 
   uint64_t next_ = kBase;
+  // Whether a buffer's work is done (or it was donated away): nothing to wait for.
+  static bool computed(const py::object& buffer) {
+    static PyObject* names[2] = {PyUnicode_InternFromString("is_deleted"), PyUnicode_InternFromString("is_ready")};
+    for (PyObject* name : names) {
+      PyObject* answer = PyObject_CallMethodNoArgs(buffer.ptr(), name);
+      if (answer == nullptr) {  // not a live jax.Array: nothing to wait for
+        PyErr_Clear();
+        return true;
+      }
+      bool yes = answer == Py_True;
+      Py_DECREF(answer);
+      if (yes) return true;
+    }
+    return false;
+  }
+
+  bool async_dispatch_;  // else an executable's results are computed when its call returns
   std::vector<std::pair<py::object, int64_t>> retired_;
   int64_t retired_bytes_ = 0;
   size_t prune_count_ = kPruneCount;
@@ -216,7 +234,7 @@ enum Tag : int64_t { T_NONE = 1, T_TENSOR, T_SLOT, T_UNWRITTEN, T_CPU0, T_DYNAMI
                      T_STRING, T_DEVICE, T_LIST };
 
 struct Key {
-  std::vector<int64_t> words;
+  c10::SmallVector<int64_t, 40> words;
   size_t hash = 0;
   void add(int64_t w) {
     words.push_back(w);
@@ -232,15 +250,15 @@ struct KeyHash {
 // One call's executable inputs, gathered while keying it.
 struct Inputs {
   Key key;
-  std::vector<uint64_t> addrs;  // per slot
-  std::vector<std::shared_ptr<Allocation>> allocs;  // per slot
-  std::vector<py::object> scalars;
+  c10::SmallVector<uint64_t, 4> addrs;  // per slot
+  c10::SmallVector<Allocation*, 4> allocs;  // per slot; alive while the call's tensors are
+  c10::SmallVector<py::object, 4> scalars;
 };
 
 struct Config {
   py::object dispatch;  // _register._dispatch(op, *args, **kwargs)
-  py::object describe;  // eager.native_hooks.describe(op) -> None | "cpu" | kinds
-  py::object asarray;   // numpy.asarray
+  py::object describe;  // eager.dispatch.describe(op) -> None | "cpu" | argument kinds
+  py::object scalar_input;  // eager.storage_io.scalar_input(value, numpy dtype or None)
   py::list pending_checks;
   py::object raise_failed_checks;
   size_t max_pending = 64;
@@ -254,6 +272,59 @@ int64_t double_bits(double v) {
   return bits;
 }
 
+// Device arrays of scalar executable inputs, by (dtype or -1 for a Python number, value bits),
+// as eager.storage_io.scalar_input keeps them: moving a host scalar costs more than a small op.
+struct ScalarKey {
+  int64_t dtype, real, imag;
+  bool operator==(const ScalarKey& o) const { return dtype == o.dtype && real == o.real && imag == o.imag; }
+};
+struct ScalarKeyHash {
+  size_t operator()(const ScalarKey& k) const {
+    return std::hash<int64_t>()(k.real) ^ (std::hash<int64_t>()(k.imag) << 1) ^ (std::hash<int64_t>()(k.dtype) << 2);
+  }
+};
+// Process-lifetime tables below are never destroyed: they hold Python objects, and static
+// destructors run after the interpreter has gone.
+auto& scalar_inputs_ = *new std::unordered_map<ScalarKey, py::object, ScalarKeyHash>();
+constexpr size_t kMaxScalarInputs = 4096;
+
+// `number` as an executable input: weakly typed where `dtype` is Undefined, else of that dtype.
+py::object scalar_input(const c10::Scalar& number, c10::ScalarType dtype) {
+  ScalarKey key{static_cast<int64_t>(dtype), 0, 0};
+  py::object value;
+  if (number.isComplex()) {
+    auto c = number.toComplexDouble();
+    key.real = double_bits(c.real());
+    key.imag = double_bits(c.imag()) ^ 1;
+  } else if (number.isFloatingPoint()) {
+    key.real = double_bits(number.toDouble());
+    key.imag = 2;
+  } else {
+    key.real = number.isBoolean() ? number.toBool() : number.toLong();
+    key.imag = number.isBoolean() ? 3 : 4;
+  }
+  auto it = scalar_inputs_.find(key);
+  if (it != scalar_inputs_.end()) return it->second;
+  if (scalar_inputs_.size() >= kMaxScalarInputs) scalar_inputs_.clear();
+  py::object np_dtype = py::none();
+  if (dtype != c10::ScalarType::Undefined) np_dtype = config_->numpy_dtypes.at(static_cast<int>(dtype));
+  py::object made = config_->scalar_input(torch::jit::toPyObject(c10::IValue(number)), np_dtype);
+  scalar_inputs_.emplace(key, made);
+  return made;
+}
+
+// The value of a CPU scalar tensor, read directly (`item()` would go through the dispatcher).
+c10::Scalar cpu_scalar(const at::Tensor& t) {
+  const void* data = t.const_data_ptr();
+  switch (t.scalar_type()) {
+    case c10::ScalarType::Double: return *static_cast<const double*>(data);
+    case c10::ScalarType::Long: return *static_cast<const int64_t*>(data);
+    case c10::ScalarType::Bool: return *static_cast<const bool*>(data);
+    case c10::ScalarType::ComplexDouble: return *static_cast<const c10::complex<double>*>(data);
+    default: return t.item();
+  }
+}
+
 bool key_tensor(const at::Tensor& t, Inputs& in) {
   if (!t.defined()) {
     in.key.add(T_NONE);
@@ -262,25 +333,19 @@ bool key_tensor(const at::Tensor& t, Inputs& in) {
   if (t.device().type() != c10::DeviceType::PrivateUse1) {
     if (t.device().type() != c10::DeviceType::CPU || t.dim() != 0) return false;
     if (t.unsafeGetTensorImpl()->is_wrapped_number()) {  // reaches Python as the number itself
-      c10::Scalar number = t.item();
-      if (number.isFloatingPoint()) {
+      c10::Scalar number = cpu_scalar(t);
+      if (number.isFloatingPoint() || number.isComplex()) {
         in.key.add(T_DYNAMIC);
-        in.scalars.push_back(py::float_(number.toDouble()));
-      } else if (number.isComplex()) {
-        auto c = number.toComplexDouble();
-        in.key.add(T_DYNAMIC);
-        in.scalars.push_back(py::reinterpret_steal<py::object>(PyComplex_FromDoubles(c.real(), c.imag())));
+        in.scalars.push_back(scalar_input(number, c10::ScalarType::Undefined));
       } else {
         in.key.add(number.isBoolean() ? T_BOOL : T_INT);
         in.key.add(number.isBoolean() ? number.toBool() : number.toLong());
       }
       return true;
     }
-    // A CPU scalar joins as a value (as CUDA allows): a 0-d numpy array of its dtype.
-    auto it = config_->numpy_dtypes.find(static_cast<int>(t.scalar_type()));
-    if (it == config_->numpy_dtypes.end()) return false;
-    py::object value = torch::jit::toPyObject(t.item());
-    in.scalars.push_back(config_->asarray(value, it->second));
+    // A CPU scalar joins as a value (as CUDA allows), of its dtype.
+    if (!config_->numpy_dtypes.count(static_cast<int>(t.scalar_type()))) return false;
+    in.scalars.push_back(scalar_input(cpu_scalar(t), t.scalar_type()));
     in.key.add(T_CPU0);
     in.key.add(static_cast<int64_t>(t.scalar_type()));
     return true;
@@ -289,8 +354,9 @@ bool key_tensor(const at::Tensor& t, Inputs& in) {
   size_t slot = 0;
   while (slot < in.addrs.size() && in.addrs[slot] != addr) ++slot;
   if (slot == in.addrs.size()) {
-    auto alloc = memory().find(addr);
-    if (!alloc) return false;
+    auto found = memory().table.find(addr);
+    if (found == memory().table.end()) return false;
+    Allocation* alloc = found->second.get();
     in.addrs.push_back(addr);
     in.key.add(T_SLOT);
     if (alloc->buffer.is_none()) {
@@ -298,7 +364,7 @@ bool key_tensor(const at::Tensor& t, Inputs& in) {
       in.key.add(alloc->nbytes);
       in.key.add(static_cast<int64_t>(alloc->dtype));
     }
-    in.allocs.push_back(std::move(alloc));
+    in.allocs.push_back(alloc);
   }
   in.key.add(T_TENSOR);
   in.key.add(static_cast<int64_t>(slot));
@@ -321,7 +387,7 @@ bool key_value(const c10::IValue& v, Kind kind, Inputs& in) {
   if (v.isDouble()) {
     if (dynamic) {
       in.key.add(T_DYNAMIC);
-      in.scalars.push_back(py::float_(v.toDouble()));
+      in.scalars.push_back(scalar_input(v.toDouble(), c10::ScalarType::Undefined));
     } else {
       in.key.add(T_DOUBLE);
       in.key.add(double_bits(v.toDouble()));
@@ -329,10 +395,9 @@ bool key_value(const c10::IValue& v, Kind kind, Inputs& in) {
     return true;
   }
   if (v.isComplexDouble()) {
-    auto c = v.toComplexDouble();
     if (!dynamic) return false;
     in.key.add(T_DYNAMIC);
-    in.scalars.push_back(py::reinterpret_steal<py::object>(PyComplex_FromDoubles(c.real(), c.imag())));
+    in.scalars.push_back(scalar_input(v.toComplexDouble(), c10::ScalarType::Undefined));
     return true;
   }
   if (v.isInt()) {
@@ -391,15 +456,14 @@ struct OutputSpec {
 
 struct Entry {
   py::object owner;  // eager.kernel.CachedExecutable this entry serves
-  py::object fn;     // fn(buffers, scalars), or fn(donated, kept, scalars) where donated is set
-  std::vector<int64_t> donated, kept;  // positions among the held buffers
+  py::object fn;     // fn(*held buffers, *scalars) -> (*outputs, *written buffers[, check flags])
   std::vector<OutputSpec> outputs;
   std::vector<int64_t> mutated_slots;
   py::object checks;  // None, or [(error, message)] of its device-side checks
   std::vector<ReturnSpec> returns;
 };
 
-enum Mode : int8_t { UNKNOWN, PYTHON, CPU_METADATA, KEYED };
+enum Mode : int8_t { UNKNOWN, PYTHON, CPU_METADATA, KEYED, EMPTY, EMPTY_STRIDED };
 
 struct OpRecord {
   Mode mode = UNKNOWN;
@@ -410,13 +474,13 @@ struct OpRecord {
   int64_t hits = 0;
 };
 
-std::unordered_map<const c10::FunctionSchema*, std::unique_ptr<OpRecord>> records_;
+auto& records_ = *new std::unordered_map<const c10::FunctionSchema*, std::unique_ptr<OpRecord>>();
 struct Pending {
   OpRecord* record;
   Key key;
 };
 thread_local std::vector<Pending> pending_;
-std::unordered_map<PyObject*, std::vector<std::pair<OpRecord*, Key>>> owners_;  // CachedExecutable -> keys
+auto& owners_ = *new std::unordered_map<PyObject*, std::vector<std::pair<OpRecord*, Key>>>();  // CachedExecutable -> keys
 
 py::object resolve_overload(const c10::OperatorHandle& op) {
   const auto& name = op.operator_name();
@@ -438,7 +502,8 @@ OpRecord& record_for(const c10::OperatorHandle& op) {
     if (described.is_none()) {
       slot->mode = PYTHON;
     } else if (py::isinstance<py::str>(described)) {
-      slot->mode = CPU_METADATA;
+      std::string mode = described.cast<std::string>();
+      slot->mode = mode == "empty" ? EMPTY : mode == "empty_strided" ? EMPTY_STRIDED : CPU_METADATA;
     } else {
       slot->mode = KEYED;
       for (auto k : described) slot->kinds.push_back(static_cast<Kind>(k.cast<int>()));
@@ -499,39 +564,27 @@ void run_python(const c10::OperatorHandle& op, OpRecord& rec, torch::jit::Stack*
 }
 
 void launch(OpRecord& rec, Entry& entry, Inputs& in, torch::jit::Stack* stack, size_t n) {
-  std::vector<PyObject*> held;
-  held.reserve(in.allocs.size());
+  c10::SmallVector<PyObject*, 8> args;
   for (auto& alloc : in.allocs)
-    if (!alloc->buffer.is_none()) held.push_back(alloc->buffer.ptr());
-  auto list_of = [&](const std::vector<int64_t>* positions) {
-    size_t count = positions ? positions->size() : held.size();
-    py::list list(count);
-    for (size_t i = 0; i < count; ++i) {
-      PyObject* item = held[positions ? (*positions)[i] : i];
-      Py_INCREF(item);
-      PyList_SET_ITEM(list.ptr(), i, item);
-    }
-    return list;
-  };
-  py::list scalars(in.scalars.size());
-  for (size_t i = 0; i < in.scalars.size(); ++i) scalars[i] = in.scalars[i];
-  py::object result = entry.donated.empty() ? entry.fn(list_of(nullptr), scalars)
-                                            : entry.fn(list_of(&entry.donated), list_of(&entry.kept), scalars);
-  PyObject* outputs = PyTuple_GET_ITEM(result.ptr(), 0);
-  PyObject* new_buffers = PyTuple_GET_ITEM(result.ptr(), 1);
+    if (!alloc->buffer.is_none()) args.push_back(alloc->buffer.ptr());
+  for (auto& scalar : in.scalars) args.push_back(scalar.ptr());
+  auto result = py::reinterpret_steal<py::object>(PyObject_Vectorcall(entry.fn.ptr(), args.data(), args.size(), nullptr));
+  if (!result) throw py::error_already_set();
+  PyObject* results = result.ptr();
+  size_t count = entry.outputs.size();
   for (size_t i = 0; i < entry.mutated_slots.size(); ++i)
-    in.allocs[entry.mutated_slots[i]]->buffer = py::reinterpret_borrow<py::object>(PyList_GET_ITEM(new_buffers, i));
+    in.allocs[entry.mutated_slots[i]]->buffer = py::reinterpret_borrow<py::object>(PyTuple_GET_ITEM(results, count + i));
   if (!entry.checks.is_none()) {
-    config_->pending_checks.append(py::make_tuple(py::reinterpret_borrow<py::object>(PyTuple_GET_ITEM(result.ptr(), 2)),
-                                                  entry.checks, rec.name));
+    auto flags = py::reinterpret_borrow<py::object>(PyTuple_GET_ITEM(results, count + entry.mutated_slots.size()));
+    config_->pending_checks.append(py::make_tuple(flags, entry.checks, rec.name));
     if (config_->pending_checks.size() > config_->max_pending) config_->raise_failed_checks();
   }
   std::vector<at::Tensor> made;
-  made.reserve(entry.outputs.size());
+  made.reserve(count);
   for (size_t i = 0; i < entry.outputs.size(); ++i) {
     const auto& spec = entry.outputs[i];
     made.push_back(tensor_on_new_storage(spec.shape, spec.dtype, spec.strides, spec.nbytes,
-                                         py::reinterpret_borrow<py::object>(PyList_GET_ITEM(outputs, i))));
+                                          py::reinterpret_borrow<py::object>(PyTuple_GET_ITEM(results, i))));
   }
   std::vector<c10::IValue> arguments(stack->end() - n, stack->end());
   torch::jit::drop(*stack, n);
@@ -547,6 +600,50 @@ void launch(OpRecord& rec, Entry& entry, Inputs& in, torch::jit::Stack* stack, s
   }
 }
 
+// `empty.memory_format(size, dtype, layout, device, pin_memory, memory_format)` and
+// `empty_strided(size, stride, dtype, layout, device, pin_memory)`: a tensor on a new storage
+// never written. False (nothing done) where Python must answer: an unsupported dtype, layout
+// or memory format, or pinned memory.
+bool make_empty(bool strided, torch::jit::Stack* stack) {
+  auto args = torch::jit::last(*stack, 6);
+  const auto& dtype_arg = args[strided ? 2 : 1];
+  const auto& layout = args[strided ? 3 : 2];
+  const auto& pinned = args[strided ? 5 : 4];
+  auto dtype = dtype_arg.isNone() ? c10::typeMetaToScalarType(c10::get_default_dtype())
+                                  : static_cast<c10::ScalarType>(dtype_arg.toInt());
+  if (!config_->numpy_dtypes.count(static_cast<int>(dtype))) return false;
+  if (!layout.isNone() && static_cast<c10::Layout>(layout.toInt()) != c10::Layout::Strided) return false;
+  if (!pinned.isNone() && pinned.toBool()) return false;
+  std::vector<int64_t> sizes = args[0].toIntVector();
+  std::vector<int64_t> strides;
+  int64_t itemsize = static_cast<int64_t>(c10::elementSize(dtype));
+  int64_t nbytes;
+  if (strided) {
+    strides = args[1].toIntVector();
+    int64_t span = 1;
+    for (size_t d = 0; d < sizes.size(); ++d) span += (sizes[d] - 1) * strides[d];
+    nbytes = std::find(sizes.begin(), sizes.end(), 0) != sizes.end() ? 0 : span * itemsize;
+  } else {
+    auto format = args[5].isNone() ? c10::MemoryFormat::Contiguous : static_cast<c10::MemoryFormat>(args[5].toInt());
+    if (format == c10::MemoryFormat::ChannelsLast && sizes.size() == 4) {
+      strides = c10::get_channels_last_strides_2d(sizes);
+    } else if (format == c10::MemoryFormat::ChannelsLast3d && sizes.size() == 5) {
+      strides = c10::get_channels_last_strides_3d(sizes);
+    } else if (format == c10::MemoryFormat::Contiguous || format == c10::MemoryFormat::Preserve) {
+      strides.assign(sizes.size(), 1);
+      for (int64_t d = static_cast<int64_t>(sizes.size()) - 2; d >= 0; --d)
+        strides[d] = strides[d + 1] * std::max<int64_t>(sizes[d + 1], 1);
+    } else {
+      return false;
+    }
+    nbytes = c10::multiply_integers(sizes) * itemsize;
+  }
+  auto t = tensor_on_new_storage(sizes, dtype, strides, nbytes, py::none());
+  torch::jit::drop(*stack, 6);
+  stack->push_back(std::move(t));
+  return true;
+}
+
 void neuron_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   py::gil_scoped_acquire gil;
   memory().reap();
@@ -555,10 +652,10 @@ void neuron_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
     return;
   }
+  if ((rec.mode == EMPTY || rec.mode == EMPTY_STRIDED) && make_empty(rec.mode == EMPTY_STRIDED, stack)) return;
   if (rec.mode == KEYED) {
     size_t n = op.schema().arguments().size();
     Inputs in;
-    in.key.words.reserve(64);
     bool keyed = true;
     auto values = torch::jit::last(*stack, n);
     for (size_t i = 0; i < n && keyed; ++i) keyed = key_value(values[i], rec.kinds[i], in);
@@ -581,7 +678,7 @@ void neuron_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   run_python(op, rec, stack);
 }
 
-std::vector<std::unique_ptr<torch::Library>> libraries_;
+auto& libraries_ = *new std::vector<std::unique_ptr<torch::Library>>();
 
 void register_kernels(const std::vector<std::string>& names, bool fallback) {
   if (fallback) {
@@ -598,15 +695,12 @@ void register_kernels(const std::vector<std::string>& names, bool fallback) {
 }
 
 // Called by a lowering kernel that ran for the innermost pending keyed call of `op`.
-bool remember(const py::object& op, const py::object& owner, const py::object& fn, std::vector<int64_t> donated,
-              std::vector<int64_t> kept, const py::list& outputs, std::vector<int64_t> mutated_slots,
-              const py::object& checks, const py::list& returns) {
+bool remember(const py::object& op, const py::object& owner, const py::object& fn, const py::list& outputs,
+              std::vector<int64_t> mutated_slots, const py::object& checks, const py::list& returns) {
   if (pending_.empty() || !pending_.back().record->overload.is(op)) return false;
   auto entry = std::make_shared<Entry>();
   entry->owner = owner;
   entry->fn = fn;
-  entry->donated = std::move(donated);
-  entry->kept = std::move(kept);
   for (auto spec : outputs) {
     auto t = spec.cast<py::tuple>();
     entry->outputs.push_back({t[0].cast<std::vector<int64_t>>(), t[2].cast<std::vector<int64_t>>(),
@@ -692,22 +786,24 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         mem.stats.peak = mem.stats.allocated;
       })
       .def("in_flight", &Memory::in_flight)
+      // Two storages traded their data pointers; each deleter went with its address.
+      .def("swapped", [](Memory&, uint64_t, uint64_t) {})
       .def_property_readonly("retired", [](Memory& mem) {
         mem.reap();
         return mem.retired();
       })
       .def("reap", &Memory::reap);
 
-  m.def("init", [](int64_t capacity) {
-    if (!memory_) memory_ = new Memory(capacity);
+  m.def("init", [](int64_t capacity, bool async_dispatch) {
+    if (!memory_) memory_ = new Memory(capacity, async_dispatch);
     return memory_;
   }, py::return_value_policy::reference);
-  m.def("configure", [](py::object dispatch, py::object describe, py::list pending_checks, py::object raise_failed,
-                        size_t max_pending, py::dict numpy_dtypes) {
+  m.def("configure", [](py::object dispatch, py::object describe, py::object scalar_input, py::list pending_checks,
+                        py::object raise_failed, size_t max_pending, py::dict numpy_dtypes) {
     if (!config_) config_ = new Config();
     config_->dispatch = std::move(dispatch);
     config_->describe = std::move(describe);
-    config_->asarray = py::module_::import("numpy").attr("asarray");
+    config_->scalar_input = std::move(scalar_input);
     config_->pending_checks = std::move(pending_checks);
     config_->raise_failed_checks = std::move(raise_failed);
     config_->max_pending = max_pending;

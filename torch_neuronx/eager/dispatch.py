@@ -28,6 +28,7 @@ from ..runtime import checks, native
 from . import metrics
 from .arguments import Binder
 from .kernel import Kernel
+from .storage_io import scalar_input
 from .storage_kernels import STORAGE_KERNELS, CpuKernel
 
 OpOverload = torch._ops.OpOverload
@@ -91,22 +92,31 @@ _CPU_SCALAR_DTYPES = (
 
 def connect_native(entry: Callable[..., Any]) -> None:
     """Give the native module what its kernel needs from Python: `entry(op, *args, **kwargs)`
-    runs a call in Python, `describe` says how to serve each op, the deferred-check queue, and
-    the numpy dtype a CPU scalar tensor joins an executable as (as `CallInputs.foreign`)."""
+    runs a call in Python, `describe` says how to serve each op, `scalar_input` makes a scalar's
+    device array, the deferred-check queue, and the numpy dtype a CPU scalar tensor's value
+    takes (as in `CallInputs.foreign`)."""
     numpy_dtypes = {dtype: jax_dtype(dtype) for dtype in _CPU_SCALAR_DTYPES}
-    _NATIVE.configure(entry, describe, checks.PENDING, checks.raise_failed, checks.MAX_PENDING, numpy_dtypes)
+    _NATIVE.configure(
+        entry, describe, scalar_input, checks.PENDING, checks.raise_failed, checks.MAX_PENDING, numpy_dtypes
+    )
+
+
+_EMPTY = {torch.ops.aten.empty.memory_format: "empty", torch.ops.aten.empty_strided.default: "empty_strided"}
 
 
 def describe(op: OpOverload) -> list[int] | str | None:
     """How the native kernel serves `op`: the argument kinds of a keyed lowering kernel (it keys
     the calls and serves those it has an executable for), "cpu" for a CPU kernel (it redispatches
-    itself), None for any other kernel (it runs this module's)."""
+    itself), "empty"/"empty_strided" for the allocating storage kernels (it makes the tensor
+    itself where the arguments are plain), None for any other kernel (it runs this module's)."""
     try:
         kernel = kernel_for(op)
     except Exception:  # the call itself reports the error, through the Python kernel
         return None
     if isinstance(kernel, CpuKernel):
         return "cpu"
+    if op in _EMPTY:
+        return _EMPTY[op]
     if isinstance(kernel, Kernel) and kernel.keyed:
         return list(kernel.kinds)
     return None

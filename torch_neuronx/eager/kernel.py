@@ -43,13 +43,13 @@ from .arguments import OPT_TENSOR, SCALAR, SCALAR_LIST, STATIC, TENSOR, TENSOR_L
 from .storage_io import (
     DYNAMIC_SCALARS,
     CallInputs,
-    Donating,
     buffer_positions,
     device_key,
     jitted,
     load_storages,
     read_tensor,
     rng_inputs,
+    scalar_input,
     with_donated,
     write_tensor,
     written_slots,
@@ -168,7 +168,7 @@ class Kernel(ArgumentPlan):
                 writable = written_slots([key[i] for i in this.mutated])
                 donated = buffer_positions(writable, key[len(this.kinds)])
                 entry.fn = jitted(this._traceable(key, entry, writable), donated, len(call.buffers))
-                outputs, new_buffers, flags = entry.fn(call.buffers, call.scalars)
+                results = entry.fn(*call.buffers, *call.scalars)
                 _bounded_insert(this.cache, key, entry)
                 seconds = time.perf_counter() - start
                 metrics.miss(this.name, seconds)
@@ -176,18 +176,19 @@ class Kernel(ArgumentPlan):
                     log.debug("built %s for %s in %.1f ms", this.name, call.signature(), seconds * 1e3)
             else:
                 _hits[this.name] += 1
-                outputs, new_buffers, flags = entry.fn(call.buffers, call.scalars)
+                results = entry.fn(*call.buffers, *call.scalars)
         except Exception as error:
             this._name_error(error, call)
             raise
-        if entry.checks:
-            device_checks.defer(flags, entry.checks, this.name)
-        for slot, buf in zip(entry.mutated_slots, new_buffers):
+        made = len(entry.out_meta)
+        for slot, buf in zip(entry.mutated_slots, results[made:]):
             call.allocs[slot].buffer = buf
-        results = this._returns(entry, outputs, values)
+        if entry.checks:
+            device_checks.defer(results[-1], entry.checks, this.name)
+        returned = this._returns(entry, results, values)
         if this.keyed:
             this._remember(entry)
-        return results
+        return returned
 
     def _remember(self, entry: CachedExecutable) -> None:
         """Offer this call's executable to the native module (it keeps it if it keyed the call)."""
@@ -195,12 +196,8 @@ class Kernel(ArgumentPlan):
             entry.native_returns = self._native_returns(entry)
         if entry.native_returns is False:
             return
-        fn = entry.fn
-        jit, donated, kept = (fn.jit, fn.donated, fn.kept) if isinstance(fn, Donating) else (fn, [], [])
         checks = entry.checks or None
-        _NATIVE.remember(
-            self.op, entry, jit, donated, kept, entry.out_meta, entry.mutated_slots, checks, entry.native_returns
-        )
+        _NATIVE.remember(self.op, entry, entry.fn, entry.out_meta, entry.mutated_slots, checks, entry.native_returns)
 
     def _native_returns(self, entry: CachedExecutable) -> list | bool:
         """Per schema return: (0, argument index, 0) for an argument returned as is, (1, output, 0)
@@ -253,7 +250,7 @@ class Kernel(ArgumentPlan):
             return v
         if kind == SCALAR:
             if isinstance(v, DYNAMIC_SCALARS):
-                call.scalars.append(v)
+                call.scalars.append(scalar_input(v))
                 return type(v)
             if type(v) in _NUMBERS:
                 call.types.append(type(v))
@@ -268,7 +265,7 @@ class Kernel(ArgumentPlan):
         if entry.single:
             return tensor_on_new_storage(*entry.out_meta[0], outputs[0])
         if self.item_returns:
-            leaves = [np.asarray(o).item() for o in outputs]
+            leaves = [np.asarray(o).item() for o in outputs[: len(entry.out_meta)]]
         else:
             leaves = [tensor_on_new_storage(*meta, buf) for buf, meta in zip(outputs, entry.out_meta)]
         fresh = jax.tree_util.tree_unflatten(entry.tree, leaves)

@@ -27,6 +27,23 @@ from ..runtime.rng import RNG
 
 DYNAMIC_SCALARS = (float, complex)  # Python numbers passed as executable inputs, keyed by type
 _MEMORY = memory()
+_SCALAR_INPUTS: dict[tuple, Any] = {}
+MAX_SCALAR_INPUTS = 4096
+
+
+def scalar_input(value: Any, dtype: Any = None) -> Any:
+    """The device array an executable takes for a scalar input: a Python float or complex stays
+    weakly typed (as JAX types the number itself); with a numpy `dtype` (a CPU scalar tensor's)
+    it has that dtype. Kept by value (up to MAX_SCALAR_INPUTS), since moving a host scalar to
+    the device costs more than the small op it feeds; the native module keeps its own."""
+    key = (dtype, type(value), repr(value))  # repr: -0.0 and 0.0 are equal dict keys
+    array = _SCALAR_INPUTS.get(key)
+    if array is None:
+        if len(_SCALAR_INPUTS) >= MAX_SCALAR_INPUTS:
+            _SCALAR_INPUTS.clear()
+        host = value if dtype is None else np.asarray(value, dtype)
+        array = _SCALAR_INPUTS[key] = jax.device_put(host, device())
+    return array
 
 
 class CallInputs:
@@ -68,7 +85,7 @@ class CallInputs:
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"neuron: {op} expected a Tensor, got {type(t).__name__}")
         if t.device.type == "cpu" and t.dim() == 0:
-            self.scalars.append(np.asarray(t.item(), dtype=jax_dtype(t.dtype)))  # not jnp: no eager op
+            self.scalars.append(scalar_input(t.item(), jax_dtype(t.dtype)))
             return ("cpu0", t.dtype)
         raise RuntimeError(
             f"neuron: {op} expected all tensors to be on the same device, but found at least two "
@@ -173,40 +190,22 @@ def buffer_positions(slots: list[int], unwritten: tuple) -> list[int]:
     return [i for i, slot in enumerate(held) if slot in slots]
 
 
-class Donating:
-    """A jitted `run(buffers, scalars)` that donates the buffers at `donated`: `jit` takes
-    (those buffers, the others at `kept`, scalars)."""
-
-    __slots__ = ("donated", "jit", "kept")
-
-    def __init__(self, jit: Callable, donated: list[int], kept: list[int]) -> None:
-        self.jit, self.donated, self.kept = jit, donated, kept
-
-    def __call__(self, buffers: list, scalars: list) -> Any:
-        return self.jit([buffers[i] for i in self.donated], [buffers[i] for i in self.kept], scalars)
-
-
 def jitted(run: Callable, donated: list[int], count: int) -> Callable:
-    """`run(buffers, scalars)` (`count` buffers) as one executable that may overwrite the buffers
-    at `donated` (storages the call writes, whose old contents die with it) instead of
-    allocating new ones. Its results are committed to the device whatever its inputs: JAX keys
-    its compile cache on that, so a factory's uncommitted results would make every executable
-    they reach lower and compile (or load) a second time once computed buffers arrive."""
-    committed = SingleDeviceSharding(device())
-    if not donated:
-        return jax.jit(run, out_shardings=committed)
-    kept = [i for i in range(count) if i not in donated]
+    """`run(buffers, scalars)` (lists, `count` buffers) returning (outputs, written buffers) and
+    optionally device-check flags (None for none), as one executable: it takes the buffers then
+    the scalars as positional arguments and returns one flat tuple, outputs then written buffers
+    then the flags, so a call builds no containers. It may overwrite the buffers at `donated`
+    (storages the call writes, whose old contents die with it) instead of allocating new ones.
+    Its results are committed to the device whatever its inputs: JAX keys its compile cache on
+    that, so a factory's uncommitted results would make every executable they reach lower and
+    compile (or load) a second time once computed buffers arrive."""
 
-    def split(given: list, others: list, scalars: list) -> Any:
-        buffers = [None] * (len(given) + len(others))
-        for i, b in zip(donated, given):
-            buffers[i] = b
-        for i, b in zip(kept, others):
-            buffers[i] = b
-        return run(buffers, scalars)
+    def flat(*args: Any) -> tuple:
+        outputs, written, *flags = run(list(args[:count]), list(args[count:]))
+        return (*outputs, *written, *(f for f in flags if f is not None))
 
-    split.__name__ = split.__qualname__ = run.__name__
-    return Donating(jax.jit(split, donate_argnums=0, out_shardings=committed), donated, kept)
+    flat.__name__ = flat.__qualname__ = run.__name__
+    return jax.jit(flat, donate_argnums=tuple(donated), out_shardings=SingleDeviceSharding(device()))
 
 
 # ---- random numbers -------------------------------------------------------------------------

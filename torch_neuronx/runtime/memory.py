@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from . import native
+from . import native, platform
 
 _ALIGN = 512
 _BASE = 0x1000_0000_0000
@@ -148,7 +148,7 @@ def _fmt(n: int) -> str:
 def memory() -> DeviceMemory:
     """The device memory of this process (the native module's when it is active)."""
     module = native.module()
-    return DeviceMemory() if module is None else module.init(capacity_bytes())
+    return DeviceMemory() if module is None else module.init(capacity_bytes(), platform.async_dispatch())
 
 
 def wait_in_flight() -> None:

@@ -1,7 +1,7 @@
 """The native module (`torch_neuronx/csrc/native.cpp`): device memory and the eager hot path.
 
 Built once per source text, torch and Python version into `~/.cache/torchneuron/native/<tag>`
-(`python -m torch_neuronx.runtime.native` builds it ahead of time; `./dev` does) and loaded on
+(`./dev` builds it ahead of time with `native.build()`) and loaded on
 first device use. `TORCH_NEURONX_NATIVE=0` keeps the pure-Python path; where the module cannot
 build, one warning says why and the pure-Python path runs.
 """
@@ -82,7 +82,3 @@ def status() -> str:
     if module() is None:
         return f"pure Python (native module unavailable: {_failure[0] if _failure else 'unknown'})"
     return f"native ({build_dir()})"
-
-
-if __name__ == "__main__":
-    print(build())

@@ -44,10 +44,19 @@ def jax() -> ModuleType:
     _jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
     _jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
     if platform_name() == "cpu":
+        _jax.config.update("jax_cpu_enable_async_dispatch", async_dispatch())
         retain_freed_blocks()
         with _off_host_cores():
             _jax.devices()  # starts the CPU client, and so its thread pools
     return _jax
+
+
+def async_dispatch() -> bool:
+    """Whether an executable's call returns before its results are computed. Always so on an
+    accelerator; on the CPU platform `TORCH_NEURONX_ASYNC_DISPATCH` decides (default 1)."""
+    if platform_name() != "cpu":
+        return True
+    return os.environ.get("TORCH_NEURONX_ASYNC_DISPATCH", "1") not in ("0", "false", "False", "")
 
 
 def host_cores() -> int:
