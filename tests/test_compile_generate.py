@@ -10,18 +10,11 @@ import pytest
 import torch
 
 import torch_neuronx
+from torch_neuronx.bench.models import LLAMA
 
 transformers = pytest.importorskip("transformers")
 
-CONFIG = dict(
-    hidden_size=64,
-    intermediate_size=128,
-    num_hidden_layers=2,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    vocab_size=256,
-    max_position_embeddings=128,
-)
+CONFIG = {**LLAMA, "max_position_embeddings": 128}
 
 
 @pytest.fixture(scope="module")

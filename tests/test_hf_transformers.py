@@ -16,6 +16,7 @@ from compare import TOLERANCES, assert_same
 
 import torch_neuronx
 from tools.tiny_models import tiny_tokenizer
+from torch_neuronx.bench.models import LLAMA
 
 transformers = pytest.importorskip("transformers")
 from transformers import AutoModelForCausalLM, LlamaConfig  # noqa: E402
@@ -26,13 +27,7 @@ needs_compile = pytest.mark.xfail(not COMPILE, reason="needs compile backend", s
 
 def tiny_llama(tie: bool = False) -> AutoModelForCausalLM:
     config = LlamaConfig(
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        vocab_size=256,
-        max_position_embeddings=128,
+        **{**LLAMA, "max_position_embeddings": 128},
         tie_word_embeddings=tie,
         pad_token_id=0,
         bos_token_id=1,

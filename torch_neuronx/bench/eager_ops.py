@@ -1,6 +1,8 @@
 """`torchneuron bench ops`: eager per-op time on neuron next to PyTorch CPU, measured side by side.
 
-Figures are medians of repeated timings; the machine is noisy, so compare the ratio columns.
+Each op's neuron and CPU timings alternate over rounds and the figures are medians, so both meet
+the same drift of a noisy host; compare the ratio columns. The first row is the floor a
+neuron op stands on: a cached bare `jax.jit` of the same add on the same device, timed alike.
 """
 
 from __future__ import annotations
@@ -37,29 +39,55 @@ OPS: dict[str, Callable[[torch.Tensor, torch.Tensor], Any]] = {
 }
 
 
-def _time(fn: Callable[[], Any], sync: Callable[[], None], repeat: int, number: int) -> float:
-    fn()
+def _sample(fn: Callable[[], Any], sync: Callable[[], None], number: int) -> float:
+    start = time.perf_counter()
+    for _ in range(number):
+        fn()
     sync()
-    samples = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        for _ in range(number):
-            fn()
-        sync()
-        samples.append((time.perf_counter() - start) / number)
-    return statistics.median(samples) * 1e6
+    return (time.perf_counter() - start) / number * 1e6
 
 
-def op_table(sizes: tuple[int, ...] = (64, 1024), repeat: int = 5) -> list[dict[str, Any]]:
+def _paired(dev: Callable[[], Any], cpu: Callable[[], Any], sync: Callable[[], None], rounds: int, number: int):
+    """Median microseconds of `dev` and of `cpu`, their timings alternating over `rounds`."""
+    dev(), cpu(), sync()
+    samples: tuple[list, list] = ([], [])
+    for _ in range(rounds):
+        samples[0].append(_sample(dev, sync, number))
+        samples[1].append(_sample(cpu, lambda: None, number))
+    return statistics.median(samples[0]), statistics.median(samples[1])
+
+
+def _bare_jax_add(n: int) -> tuple[Callable[[], Any], Callable[[], None]]:
+    """A cached `jax.jit` add of two n x n float32 arrays on the neuron device's PJRT device, and
+    the wait for its last result."""
+    import jax
+    import jax.numpy as jnp
+
+    from ..runtime.platform import device
+
+    x, y = (jax.device_put(jnp.ones((n, n), jnp.float32), device()) for _ in range(2))
+    add = jax.jit(jnp.add)
+    last: list = [None]
+
+    def run() -> None:
+        last[0] = add(x, y)
+
+    return run, lambda: last[0].block_until_ready()
+
+
+def op_table(sizes: tuple[int, ...] = (64, 1024), rounds: int = 15) -> list[dict[str, Any]]:
     """Per-op steady-state microseconds on neuron and CPU for square float32 inputs."""
     rows = []
     for n in sizes:
         number = 200 if n <= 128 else 10
         a_cpu, b_cpu = torch.randn(n, n), torch.randn(n, n)
         a_dev, b_dev = a_cpu.to("neuron"), b_cpu.to("neuron")
+        bare, bare_sync = _bare_jax_add(n)
+        pairs = {"jax.jit add (bare)": (bare, partial(OPS["add"], a_cpu, b_cpu), bare_sync)}
         for name, op in OPS.items():
-            cpu = _time(partial(op, a_cpu, b_cpu), lambda: None, repeat, number)
-            dev = _time(partial(op, a_dev, b_dev), torch.neuron.synchronize, repeat, number)
+            pairs[name] = (partial(op, a_dev, b_dev), partial(op, a_cpu, b_cpu), torch.neuron.synchronize)
+        for name, (dev_op, cpu_op, sync) in pairs.items():
+            dev, cpu = _paired(dev_op, cpu_op, sync, rounds, number)
             rows.append({"op": name, "size": f"{n}x{n}", "neuron_us": dev, "cpu_us": cpu, "ratio": dev / cpu})
     return rows
 
@@ -72,5 +100,9 @@ def format_table(rows: list[dict[str, Any]]) -> str:
 
 
 def main(sizes: tuple[int, ...] = (64, 1024)) -> None:
-    print("Eager per-op time, float32, steady state (median of 5 runs), neuron vs PyTorch CPU")
+    from ..runtime import native, platform
+
+    dispatch = "asynchronous" if platform.async_dispatch() else "synchronous"
+    print("Eager per-op time, float32, steady state (median of 15 alternated rounds), neuron vs PyTorch CPU")
+    print(f"eager path: {native.status()}; {dispatch} dispatch")
     print(format_table(op_table(sizes)))
