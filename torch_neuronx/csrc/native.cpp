@@ -358,12 +358,10 @@ bool key_tensor(const at::Tensor& t, Inputs& in) {
     if (found == memory().table.end()) return false;
     Allocation* alloc = found->second.get();
     in.addrs.push_back(addr);
-    in.key.add(T_SLOT);
-    if (alloc->buffer.is_none()) {
-      in.key.add(T_UNWRITTEN);
-      in.key.add(alloc->nbytes);
-      in.key.add(static_cast<int64_t>(alloc->dtype));
-    }
+    // a storage's size and dtype fix its buffer's shape and dtype, which the executable takes
+    in.key.add(alloc->buffer.is_none() ? T_UNWRITTEN : T_SLOT);
+    in.key.add(alloc->nbytes);
+    in.key.add(static_cast<int64_t>(alloc->dtype));
     in.allocs.push_back(alloc);
   }
   in.key.add(T_TENSOR);

@@ -38,7 +38,7 @@ from ..ops.geometry import contiguous_strides, numel
 from ..runtime import checks as device_checks
 from ..runtime import native
 from ..runtime.debug import log, module_name
-from . import metrics
+from . import executable_store, metrics
 from .arguments import OPT_TENSOR, SCALAR, SCALAR_LIST, STATIC, TENSOR, TENSOR_LIST, ArgumentPlan
 from .storage_io import (
     DYNAMIC_SCALARS,
@@ -156,6 +156,7 @@ class Kernel(ArgumentPlan):
             ]
             key.append(tuple(call.unwritten))
             key.append(tuple(call.types))
+            key.append(tuple(call.held))
             if this.lowering.size is not None:
                 key.append(this._sizes(tuple(key), call))
             key = tuple(key)
@@ -164,16 +165,13 @@ class Kernel(ArgumentPlan):
             entry = this.cache.get(key)
             if entry is None:
                 start = time.perf_counter()
-                entry = CachedExecutable()
-                writable = written_slots([key[i] for i in this.mutated])
-                donated = buffer_positions(writable, key[len(this.kinds)])
-                entry.fn = jitted(this._traceable(key, entry, writable), donated, len(call.buffers))
+                entry, how = this._build(key, call)
                 results = entry.fn(*call.buffers, *call.scalars)
                 _bounded_insert(this.cache, key, entry)
                 seconds = time.perf_counter() - start
-                metrics.miss(this.name, seconds)
+                metrics.miss(this.name, seconds, loaded_from_store=how == "loaded")
                 if log.isEnabledFor(logging.DEBUG):
-                    log.debug("built %s for %s in %.1f ms", this.name, call.signature(), seconds * 1e3)
+                    log.debug("%s %s for %s in %.1f ms", how, this.name, call.signature(), seconds * 1e3)
             else:
                 _hits[this.name] += 1
                 results = entry.fn(*call.buffers, *call.scalars)
@@ -189,6 +187,34 @@ class Kernel(ArgumentPlan):
         if this.keyed:
             this._remember(entry)
         return returned
+
+    def _build(self, key: tuple, call: CallInputs) -> tuple[CachedExecutable, str]:
+        """The executable for `key`: from the executable store, else traced and compiled (and
+        stored); with how it was got, "loaded" or "built"."""
+        signature = self._signature(key)
+        stored = executable_store.load(signature) if signature else None
+        entry = CachedExecutable()
+        if stored is not None:
+            entry.fn, (entry.checks, entry.out_meta, entry.tree, entry.mutated_slots, entry.single) = stored
+            return entry, "loaded"
+        writable = written_slots([key[i] for i in self.mutated])
+        donated = buffer_positions(writable, key[len(self.kinds)])
+        suffix = executable_store.module_suffix(signature) if signature else ""
+        traced = jitted(self._traceable(key, entry, writable, suffix=suffix), donated, len(call.buffers))
+        entry.fn, storable = executable_store.compile_storable(traced.lower(*call.buffers, *call.scalars))
+        if signature and storable:
+            meta = (entry.checks, entry.out_meta, entry.tree, entry.mutated_slots, entry.single)
+            executable_store.save(signature, entry.fn, meta)
+        return entry, "built"
+
+    def _signature(self, key: tuple) -> str | None:
+        """What names this kernel's executable for `key` across processes (the store's key), or
+        None where part of the key is named by object identity and so never recurs."""
+        if not executable_store.enabled():
+            return None
+        fn = self.lowering.fn
+        signature = f"{self.name}|{fn.__module__}.{fn.__qualname__}|{key!r}"
+        return None if " at 0x" in signature else signature
 
     def _remember(self, entry: CachedExecutable) -> None:
         """Offer this call's executable to the native module (it keeps it if it keyed the call)."""
@@ -277,7 +303,9 @@ class Kernel(ArgumentPlan):
         results = [next(pending) if source is None else values[source] for source in self.returns]
         return results[0] if len(results) == 1 else tuple(results)
 
-    def _traceable(self, key: tuple, entry: Any, writable: list[int] = (), sizing: bool = False) -> Callable:
+    def _traceable(
+        self, key: tuple, entry: Any, writable: list[int] = (), sizing: bool = False, suffix: str = ""
+    ) -> Callable:
         kinds, lowering = self.kinds, self.lowering
         mutated = self.mutated if not sizing else []
         arg_keys = key[: len(kinds)]
@@ -315,7 +343,7 @@ class Kernel(ArgumentPlan):
             if lowering.random:
                 kwargs["key"] = device_key(next(scal), next(scal), next(scal))
             if lowering.size is not None:
-                kwargs["size"] = key[len(kinds) + 2]
+                kwargs["size"] = key[len(kinds) + 3]
             if lowering.layout:
                 kwargs["contiguous"] = tuple(
                     isinstance(k, tuple) and k[0] != "cpu0" and is_contiguous(k[2], k[3])
@@ -335,7 +363,7 @@ class Kernel(ArgumentPlan):
             entry.single = not mutated and not self.item_returns and entry.tree.num_nodes == entry.tree.num_leaves == 1
             return [x.reshape(-1) for x in leaves], [storage[s] for s in entry.mutated_slots], flags
 
-        run.__name__ = run.__qualname__ = module_name(self.name)  # names the XLA module (profiles, dumps)
+        run.__name__ = run.__qualname__ = module_name(self.name) + suffix  # names the XLA module
         return run
 
     def _write_back(self, result: Any, arg_keys: tuple, storage: list, entry: Any) -> Any:

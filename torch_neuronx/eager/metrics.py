@@ -11,6 +11,7 @@ from ..runtime import native
 
 hits: Counter = Counter()
 misses: Counter = Counter()
+loaded: Counter = Counter()  # misses served by the executable store
 compile_seconds: Counter = Counter()
 fallbacks: Counter = Counter()
 decompositions: Counter = Counter()
@@ -18,8 +19,9 @@ xla_lowerings: Counter = Counter()  # by module name
 _LOWERING = "/jax/core/compile/jaxpr_to_mlir_module_duration"
 
 
-def miss(op: str, seconds: float) -> None:
+def miss(op: str, seconds: float, loaded_from_store: bool = False) -> None:
     misses[op] += 1
+    loaded[op] += loaded_from_store
     compile_seconds[op] += seconds
 
 
@@ -30,6 +32,7 @@ def snapshot() -> dict[str, Any]:
     return {
         "cache_hits": sum(served.values()),
         "cache_misses": sum(misses.values()),
+        "executables_loaded": sum(loaded.values()),
         "compile_seconds": round(sum(compile_seconds.values()), 4),
         "op_calls": dict(calls.most_common()),
         "fallbacks": dict(fallbacks),
@@ -39,7 +42,7 @@ def snapshot() -> dict[str, Any]:
 
 
 def reset() -> None:
-    for counter in (hits, misses, compile_seconds, fallbacks, decompositions, xla_lowerings):
+    for counter in (hits, misses, loaded, compile_seconds, fallbacks, decompositions, xla_lowerings):
         counter.clear()
     if native.module():
         native.module().reset_hit_counts()

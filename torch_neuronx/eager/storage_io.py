@@ -49,13 +49,14 @@ def scalar_input(value: Any, dtype: Any = None) -> Any:
 class CallInputs:
     """One call's executable inputs: its distinct storages (slots) and dynamic scalars."""
 
-    __slots__ = ("allocs", "buffers", "scalars", "slots", "tensors", "types", "unwritten")
+    __slots__ = ("allocs", "buffers", "held", "scalars", "slots", "tensors", "types", "unwritten")
 
     def __init__(self) -> None:
         self.slots: dict[int, int] = {}  # storage address -> slot
         self.allocs: list = []  # per slot
         self.buffers: list = []  # of the slots' storages that hold one, in slot order
         self.unwritten: list = []  # per slot: None, or (nbytes, dtype) of a never-written storage
+        self.held: list = []  # per buffer: its storage's (nbytes, dtype), which fix its shape and dtype
         self.scalars: list = []
         self.tensors: list = []
         self.types: list = []  # of the numbers keyed by value, in argument order
@@ -75,6 +76,7 @@ class CallInputs:
                 else:
                     self.unwritten.append(None)
                     self.buffers.append(buffer)
+                    self.held.append((alloc.nbytes, alloc.dtype))
         except (KeyError, AttributeError):
             return self.foreign(t, op)
         self.tensors.append(t)

@@ -1,0 +1,91 @@
+"""The executable store (torch_neuronx/eager/executable_store.py): a fresh process loads the eager
+executables an earlier one built, with the same results as CPU; damaged entries and a changed
+environment cost a build, never a wrong or failed op."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from torch_neuronx.eager import executable_store
+
+# Views, an in-place write through a view, a dynamic scalar, a reduction, two storages of one
+# size viewed alike, and a random op: each prints its result and the store's counters.
+_SCRIPT = """
+import json, torch, torch_neuronx
+torch.manual_seed(0)
+x = torch.arange(24.0).reshape(4, 6)
+d = x.to("neuron")
+d[1:3, ::2].mul_(2.5)
+y = (d.t() * 0.5).sum(0)
+big = torch.arange(40.0).to("neuron")[:6] + 1
+small = torch.arange(8.0).to("neuron")[:6] + 1
+r = torch.rand(5, device="neuron")
+m = torch_neuronx.metrics()
+print(json.dumps({"d": d.cpu().tolist(), "y": y.cpu().tolist(), "big": big.cpu().tolist(),
+                  "small": small.cpu().tolist(), "r": r.cpu().tolist(),
+                  "built": m["cache_misses"], "loaded": m["executables_loaded"]}))
+"""
+
+
+def _run(cache: Path, **env: str) -> dict:
+    out = subprocess.run(
+        [sys.executable, "-c", _SCRIPT],
+        env={**os.environ, "TORCH_NEURONX_CACHE_DIR": str(cache), **env},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def _expected() -> dict:
+    x = torch.arange(24.0).reshape(4, 6)
+    x[1:3, ::2].mul_(2.5)
+    return {
+        "d": x.tolist(),
+        "y": (x.t() * 0.5).sum(0).tolist(),
+        "big": (torch.arange(6.0) + 1).tolist(),
+        "small": (torch.arange(6.0) + 1).tolist(),
+    }
+
+
+def test_a_fresh_process_loads_what_an_earlier_one_built(tmp_path: Path) -> None:
+    cold = _run(tmp_path)
+    warm = _run(tmp_path)
+    assert cold["loaded"] == 0 and cold["built"] > 0
+    assert warm["loaded"] == warm["built"] == cold["built"]
+    for result in (cold, warm):
+        for name, value in _expected().items():
+            torch.testing.assert_close(torch.tensor(result[name]), torch.tensor(value))
+    assert warm["r"] == cold["r"]  # the same random stream from a loaded executable
+
+
+def test_damaged_entries_are_rebuilt(tmp_path: Path) -> None:
+    cold = _run(tmp_path)
+    for entry in (tmp_path / "executables").iterdir():
+        entry.write_bytes(entry.read_bytes()[:100])
+    again = _run(tmp_path)
+    assert again["loaded"] == 0 and again["built"] == cold["built"]
+    assert again["d"] == cold["d"] and again["r"] == cold["r"]
+
+
+def test_a_changed_environment_misses(tmp_path: Path) -> None:
+    """XLA's flags are part of every entry's fingerprint (as the versions and sources are)."""
+    _run(tmp_path)
+    changed = _run(tmp_path, XLA_FLAGS="--xla_cpu_enable_fast_math=false")
+    assert changed["loaded"] == 0
+
+
+def test_the_debug_directory_turns_it_off(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TORCH_NEURONX_DEBUG_DIR", str(tmp_path))
+    assert not executable_store.enabled()
+    monkeypatch.delenv("TORCH_NEURONX_DEBUG_DIR")
+    assert executable_store.enabled()

@@ -1,0 +1,117 @@
+"""Executables kept on disk under our own signature, in front of XLA's persistent cache.
+
+XLA's cache is keyed on the lowered module, so a new process still traces and lowers every op
+signature it meets before XLA can answer. This store is keyed on what decides the module before
+any tracing (the caller's signature: op, argument kinds, geometry, dtypes), so a warm process
+loads each executable (and what the caller needs to know about it) without tracing, lowering or
+compiling. Every entry sits under a fingerprint of everything else the module depends on: the
+platform and device kind, the JAX, jaxlib and torch versions, XLA's flags, and the source of
+this package, so a change to any of them makes the old entries unreachable instead of wrong.
+
+Entries are files `<cache dir>/executables/<sha256>`, written atomically; each holds its full
+signature (checked on load) and a pickle, so only a cache directory the user trusts is read,
+as with XLA's own. A missing, unreadable or stale entry is a miss; a failed write is ignored.
+Only executables XLA compiled in this process are saved: one it loaded from its own persistent
+cache serializes without its compiled functions on the CPU platform. So that XLA's cache never
+answers a compile this store missed, each stored executable's module is named after its entry
+(`module_suffix`); the check stays for two processes compiling one module at once.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import importlib.metadata
+import os
+import pickle
+import tempfile
+import threading
+from pathlib import Path
+from typing import Any
+
+import jax
+from jax.experimental import serialize_executable
+
+from ..runtime.debug import debug_dir, log
+from ..runtime.platform import cache_dir, device, platform_name
+
+_PACKAGE = Path(__file__).resolve().parents[1]
+_XLA_CACHE_HIT = "/jax/compilation_cache/cache_hits"
+_thread = threading.local()
+
+
+def _count_xla_cache_hit(event: str, **_: Any) -> None:
+    if event == _XLA_CACHE_HIT:
+        _thread.xla_cache_hits = getattr(_thread, "xla_cache_hits", 0) + 1
+
+
+jax.monitoring.register_event_listener(_count_xla_cache_hit)
+
+
+def compile_storable(lowered: Any) -> tuple[Any, bool]:
+    """`lowered.compile()`, and whether the executable may be saved (XLA compiled it here
+    rather than loading it from its persistent cache)."""
+    before = getattr(_thread, "xla_cache_hits", 0)
+    compiled = lowered.compile()
+    return compiled, getattr(_thread, "xla_cache_hits", 0) == before
+
+
+def enabled() -> bool:
+    """Off while XLA dumps are collected (`TORCH_NEURONX_DEBUG_DIR`): a loaded executable is
+    not compiled, so it would not be dumped."""
+    return debug_dir() is None
+
+
+@functools.cache
+def _fingerprint() -> bytes:
+    """What an executable depends on besides its signature."""
+    digest = hashlib.sha256()
+    versions = [importlib.metadata.version(name) for name in ("jax", "jaxlib", "torch")]
+    for part in (platform_name(), device().device_kind, *versions, os.environ.get("XLA_FLAGS", "")):
+        digest.update(part.encode() + b"\0")
+    for path in sorted(_PACKAGE.rglob("*.py")):
+        digest.update(path.relative_to(_PACKAGE).as_posix().encode() + b"\0" + path.read_bytes())
+    return digest.digest()
+
+
+def module_suffix(signature: str) -> str:
+    """Appended to the name of the module stored under `signature`: XLA's cache key then names
+    one entry of this store, and changes with its fingerprint."""
+    return "_" + _name(signature)[:12]
+
+
+def _name(signature: str) -> str:
+    return hashlib.sha256(_fingerprint() + signature.encode()).hexdigest()
+
+
+def _path(signature: str) -> Path:
+    return cache_dir() / "executables" / _name(signature)
+
+
+def load(signature: str) -> tuple[Any, Any] | None:
+    """The executable (a `jax.stages.Compiled`) and metadata saved under `signature`, or None."""
+    try:
+        stored, payload, in_tree, out_tree, meta = pickle.loads(_path(signature).read_bytes())
+        if stored != signature:
+            return None
+        compiled = serialize_executable.deserialize_and_load(payload, in_tree, out_tree)
+    except FileNotFoundError:
+        return None
+    except Exception as error:  # a stale or damaged entry: build the executable instead
+        log.debug("executable store: ignoring the entry for %s (%s)", signature, error)
+        return None
+    return compiled, meta
+
+
+def save(signature: str, compiled: Any, meta: Any) -> None:
+    """Keep `compiled` (a `jax.stages.Compiled`) and `meta` (picklable) under `signature`."""
+    try:
+        payload, in_tree, out_tree = serialize_executable.serialize(compiled)
+        data = pickle.dumps((signature, payload, in_tree, out_tree, meta), protocol=pickle.HIGHEST_PROTOCOL)
+        path = _path(signature)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=path.parent, delete=False) as tmp:
+            tmp.write(data)
+        os.replace(tmp.name, path)
+    except Exception as error:  # a full or read-only disk costs the next process a compile, nothing more
+        log.debug("executable store: could not keep %s (%s)", signature, error)
