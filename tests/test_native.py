@@ -39,6 +39,7 @@ def test_repeated_calls_are_served_natively_and_counted() -> None:
     hits = native.module().hit_counts()
     assert hits.get("aten.mul.Tensor", 0) - before.get("aten.mul.Tensor", 0) >= 3
     assert _calls("aten.mul.Tensor") >= 5  # metrics count native hits too
+    assert torch_neuronx.metrics()["off_jax_fast_path"] == 0
 
 
 @pytest.mark.parametrize("scalar", [2, 2.5, True, -0.0, float("inf")])

@@ -19,14 +19,20 @@ __version__ = "0.1.0"
 
 
 def metrics() -> dict[str, Any]:
-    """Executable-cache and coverage counters: hits, misses (= compiles), compile seconds,
-    executables held now, per-op calls, CPU fallbacks and decompositions; torch.compile's
-    under "compile"."""
+    """Executable-cache and coverage counters: hits, misses (executables built: compiled, or
+    loaded from the persistent store), compile seconds, executables held now and how many of
+    them have dropped off JAX's C++ fast path, per-op calls, CPU fallbacks and decompositions;
+    torch.compile's under "compile"."""
     from . import compile as compiled
     from .eager import kernel
     from .eager import metrics as eager_metrics
 
-    return {**eager_metrics.snapshot(), "live_executables": kernel.live_executables(), "compile": compiled.metrics()}
+    return {
+        **eager_metrics.snapshot(),
+        "live_executables": kernel.live_executables(),
+        "off_jax_fast_path": kernel.off_fast_path(),
+        "compile": compiled.metrics(),
+    }
 
 
 def reset_metrics() -> None:

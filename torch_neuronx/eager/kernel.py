@@ -1,17 +1,19 @@
 """The eager kernel: run one ATen overload's lowering as a cached executable.
 
 Per call, each argument contributes to a cache key: tensors their storage slot, dtype and
-geometry; float scalars, alone or in a Scalar[] list, only their type (their value is an
+geometry, and each storage its size and dtype (they fix the shape of the buffer the executable
+takes); float scalars, alone or in a Scalar[] list, only their type (their value is an
 executable input, so a learning rate that changes every step never recompiles); everything
 else its value, and for numbers also their type (4, 4.0 and True are equal dict keys, but
 `arange(4)` is int64 and `arange(4.0)` float32). The executable gathers each tensor from its
 storage buffer, applies the lowering, and scatters the values of mutated arguments back into
 their storages' buffers (DESIGN 3).
 
-Executables are kept per op and in the whole process up to a bound, the oldest dropped first:
-each holds compiled code (about three memory mappings and 1.5 MiB on the CPU platform), and a
-process meeting thousands of shapes (generate's growing input_ids, a sweep) would otherwise run
-out of mappings. XLA's persistent cache makes building one again cheap.
+An executable comes from the executable store when an earlier process built it, else it is
+traced, compiled and stored. Executables are kept per op and in the whole process up to a
+bound, the oldest dropped first: each holds compiled code (about three memory mappings and
+1.5 MiB on the CPU platform), and a process meeting thousands of shapes (generate's growing
+input_ids, a sweep) would otherwise run out of mappings. The store makes loading one again cheap.
 
 A keyed kernel (the one the dispatcher runs for its op, with no random or data-dependent-size
 lowering) tells the native module about each executable it runs (`remember`), so the module
@@ -127,6 +129,25 @@ def live_executables() -> int:
     return len(_LIVE)
 
 
+def cpp_entry_point(compiled: Any) -> Any:
+    """The C++ callable JAX made for a `jax.stages.Compiled` on its first call, which spares
+    each later call the Python frame of `Compiled.__call__`; the executable itself where there
+    is none."""
+    return getattr(compiled, "_call", None) or compiled
+
+
+def off_fast_path() -> int:
+    """Live executables whose calls no longer take JAX's C++ fast path: it keeps one entry per
+    executable in a cache of bounded size (shared by all of them), and a call whose entry was
+    evicted goes through Python (several times slower) to rebuild it."""
+    owners = {id(cache): cache for cache in _LIVE.values()}
+    count = 0
+    for owner, key in _LIVE:
+        fn = getattr(owners[owner].get(key), "fn", None)
+        count += getattr(fn, "_cache_size", lambda: 1)() == 0
+    return count
+
+
 class Kernel(ArgumentPlan):
     """Runs `op` through `lowering`; writes mutated arguments back through their geometry."""
 
@@ -167,6 +188,7 @@ class Kernel(ArgumentPlan):
                 start = time.perf_counter()
                 entry, how = this._build(key, call)
                 results = entry.fn(*call.buffers, *call.scalars)
+                entry.fn = cpp_entry_point(entry.fn)
                 _bounded_insert(this.cache, key, entry)
                 seconds = time.perf_counter() - start
                 metrics.miss(this.name, seconds, loaded_from_store=how == "loaded")
