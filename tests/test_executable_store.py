@@ -19,6 +19,7 @@ from torch_neuronx.eager import executable_store
 # size viewed alike, and a random op: each prints its result and the store's counters.
 _SCRIPT = """
 import json, torch, torch_neuronx
+from torch_neuronx.runtime import platform
 torch.manual_seed(0)
 x = torch.arange(24.0).reshape(4, 6)
 d = x.to("neuron")
@@ -30,7 +31,7 @@ r = torch.rand(5, device="neuron")
 m = torch_neuronx.metrics()
 print(json.dumps({"d": d.cpu().tolist(), "y": y.cpu().tolist(), "big": big.cpu().tolist(),
                   "small": small.cpu().tolist(), "r": r.cpu().tolist(),
-                  "built": m["cache_misses"], "loaded": m["executables_loaded"]}))
+                  "built": m["cache_misses"], "loaded": m["executables_loaded"], "device": platform.device().id}))
 """
 
 
@@ -82,6 +83,18 @@ def test_a_changed_environment_misses(tmp_path: Path) -> None:
     _run(tmp_path)
     changed = _run(tmp_path, XLA_FLAGS="--xla_cpu_enable_fast_math=false")
     assert changed["loaded"] == 0
+
+
+def test_each_device_loads_its_own(tmp_path: Path) -> None:
+    """A process owns one of the platform's devices (LOCAL_RANK); an executable runs on the
+    device it was compiled for, so ranks sharing a cache keep one entry per device."""
+    four = "--xla_force_host_platform_device_count=4"
+    first = _run(tmp_path, XLA_FLAGS=four, LOCAL_RANK="1")
+    other = _run(tmp_path, XLA_FLAGS=four, LOCAL_RANK="2")
+    again = _run(tmp_path, XLA_FLAGS=four, LOCAL_RANK="2")
+    assert (first["device"], other["device"], again["device"]) == (1, 2, 2)
+    assert other["loaded"] == 0 and again["loaded"] == again["built"]
+    assert first["d"] == other["d"] == again["d"]
 
 
 def test_the_debug_directory_turns_it_off(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -5,7 +5,7 @@ signature it meets before XLA can answer. This store is keyed on what decides th
 any tracing (the caller's signature: op, argument kinds, geometry, dtypes), so a warm process
 loads each executable (and what the caller needs to know about it) without tracing, lowering or
 compiling. Every entry sits under a fingerprint of everything else the module depends on: the
-platform and device kind, the JAX, jaxlib and torch versions, XLA's flags, and the source of
+platform and device, the JAX, jaxlib and torch versions, XLA's flags, and the source of
 this package, so a change to any of them makes the old entries unreachable instead of wrong.
 
 Entries are files `<cache dir>/executables/<sha256>`, written atomically; each holds its full
@@ -67,7 +67,8 @@ def _fingerprint() -> bytes:
     """What an executable depends on besides its signature."""
     digest = hashlib.sha256()
     versions = [importlib.metadata.version(name) for name in ("jax", "jaxlib", "torch")]
-    for part in (platform_name(), device().device_kind, *versions, os.environ.get("XLA_FLAGS", "")):
+    here = device()  # an executable runs on the device it was compiled for
+    for part in (platform_name(), here.device_kind, str(here.id), *versions, os.environ.get("XLA_FLAGS", "")):
         digest.update(part.encode() + b"\0")
     for path in sorted(_PACKAGE.rglob("*.py")):
         digest.update(path.relative_to(_PACKAGE).as_posix().encode() + b"\0" + path.read_bytes())
@@ -94,7 +95,7 @@ def load(signature: str) -> tuple[Any, Any] | None:
         stored, payload, in_tree, out_tree, meta = pickle.loads(_path(signature).read_bytes())
         if stored != signature:
             return None
-        compiled = serialize_executable.deserialize_and_load(payload, in_tree, out_tree)
+        compiled = serialize_executable.deserialize_and_load(payload, in_tree, out_tree, execution_devices=[device()])
     except FileNotFoundError:
         return None
     except Exception as error:  # a stale or damaged entry: build the executable instead
