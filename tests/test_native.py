@@ -135,6 +135,18 @@ def test_threads_issue_ops_at_once() -> None:
         torch.testing.assert_close(results[i], x)
 
 
+def test_kernels_built_before_the_first_device_op() -> None:
+    """The native kernel takes over only once it is configured, whoever builds a kernel first."""
+    code = (
+        "import torch, torch_neuronx\n"
+        "from torch_neuronx.eager import dispatch\n"
+        "dispatch.kernel_for(torch.ops.aten.scalar_tensor.default)\n"
+        "assert torch.scalar_tensor(2.5, device='neuron').cpu().item() == 2.5\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+
+
 PYTHON_PATH_SLICE = ["test_views.py", "test_memory.py", "test_ops_factory_random.py", "test_training.py"]
 
 

@@ -48,23 +48,25 @@ def kernel_for(op: OpOverload) -> Callable[..., Any]:
 
 @functools.cache
 def _lowerings() -> dict[OpOverload, Lowering]:
-    """The lowering registry, loaded once; lowered composite overloads are routed here."""
+    """The lowering registry, loaded once. Without the native module, lowered composite
+    overloads are routed here now; with it, `connect_native` routes them to its kernel."""
     lowerings = ops.load()
-    routed = [
+    if _NATIVE is None:
+        library = torch.library.Library("aten", "IMPL")
+        for op in _routed(lowerings):
+            library.impl(op.name().split("::", 1)[1], _direct(op), "PrivateUse1")
+        _LIBRARIES.append(library)
+    return lowerings
+
+
+def _routed(lowerings: dict[OpOverload, Lowering]) -> list[OpOverload]:
+    """Lowered overloads whose CompositeExplicitAutograd kernel would otherwise decompose them."""
+    return [
         op
         for op in lowerings
         if torch._C._dispatch_has_kernel_for_dispatch_key(op.name(), "CompositeExplicitAutograd")
         and not torch._C._dispatch_has_kernel_for_dispatch_key(op.name(), "PrivateUse1")
     ]
-    names = [op.name().split("::", 1)[1] for op in routed]
-    if _NATIVE is not None:
-        _NATIVE.register_kernels(names, fallback=False)
-        return lowerings
-    library = torch.library.Library("aten", "IMPL")
-    for op, name in zip(routed, names):
-        library.impl(name, _direct(op), "PrivateUse1")
-    _LIBRARIES.append(library)
-    return lowerings
 
 
 def _direct(op: OpOverload) -> Callable[..., Any]:
@@ -99,6 +101,8 @@ def connect_native(entry: Callable[..., Any]) -> None:
     _NATIVE.configure(
         entry, describe, scalar_input, checks.PENDING, checks.raise_failed, checks.MAX_PENDING, numpy_dtypes
     )
+    # only now: the native kernel needs what `configure` gave it
+    _NATIVE.register_kernels([op.name().split("::", 1)[1] for op in _routed(_lowerings())], fallback=False)
 
 
 _EMPTY = {torch.ops.aten.empty.memory_format: "empty", torch.ops.aten.empty_strided.default: "empty_strided"}
