@@ -16,6 +16,20 @@ def test_device_mismatch_in_binary_op():
     assert x.cpu().tolist() == [1.0, 1.0, 1.0]
 
 
+@pytest.mark.parametrize("shapes", [((3,), (4,)), ((2, 3), (4, 3)), ((5, 1, 3), (2, 4))])
+def test_shapes_that_do_not_broadcast_raise_pytorchs_error(shapes):
+    """Not JAX's TypeError (which Python's `+` turns into "unsupported operand type(s)")."""
+    a, b = (torch.ones(s) for s in shapes)
+    with pytest.raises(RuntimeError) as cpu:
+        a + b
+    for op in (torch.add, torch.mul, torch.maximum):
+        with pytest.raises(RuntimeError) as neuron:
+            op(a.to("neuron"), b.to("neuron"))
+        assert str(neuron.value).endswith(str(cpu.value)), str(neuron.value)
+    with pytest.raises(RuntimeError, match=r"aten\.add\.Tensor.*must match the size"):
+        a.to("neuron") + b.to("neuron")
+
+
 def test_cpu_scalar_tensor_is_allowed_like_cuda():
     x = torch.ones(3, device="neuron")
     y = x * torch.tensor(2.0)

@@ -120,6 +120,22 @@ def wrap_dim(dim: int, ndim: int, op: str | None = None, x: Array | None = None)
     return dim % n
 
 
+def broadcast_shape(*shapes: Sequence[int]) -> tuple[int, ...]:
+    """PyTorch's broadcasting (`infer_size`) of `shapes`, left to right, with its RuntimeError
+    where two sizes differ and neither is 1."""
+    out: tuple[int, ...] = ()
+    for shape in shapes:
+        ndim = max(len(out), len(shape))
+        a, b = (1,) * (ndim - len(out)) + tuple(out), (1,) * (ndim - len(shape)) + tuple(shape)
+        for dim, (x, y) in enumerate(zip(a, b)):
+            if x != y and x != 1 and y != 1:
+                raise RuntimeError(
+                    f"The size of tensor a ({x}) must match the size of tensor b ({y}) at non-singleton dimension {dim}"
+                )
+        out = tuple(y if x == 1 else x for x, y in zip(a, b))
+    return out
+
+
 def per_dim(values: Sequence[int], n: int) -> tuple[int, ...]:
     """A per-spatial-dim parameter (kernel size, stride, ...) for `n` dims: a single value
     stands for every dim."""

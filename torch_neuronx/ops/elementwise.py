@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from . import OpOverload, is_mutating, lowering
-from ._common import unsupported
+from ._common import broadcast_shape, unsupported
 from ._dtypes import (
     ALWAYS_BOOL,
     COMPLEX_TO_FLOAT,
@@ -43,7 +43,9 @@ Array = Any
 
 def apply(fn: Callable[..., Any], operands: tuple | list, kind: Any = DEFAULT) -> Any:
     """`fn` on `operands` cast to PyTorch's computation dtype; the result cast to the result
-    dtype. `None` operands (absent optional arguments) pass through as `None`."""
+    dtype. `None` operands (absent optional arguments) pass through as `None`. Shapes that do
+    not broadcast raise PyTorch's error before `fn` sees them."""
+    broadcast_shape(*(a.shape for a in operands if hasattr(a, "shape")))
     compute, result = promote(*operands, kind=kind)
     return cast(fn(*(None if a is None else cast(a, compute) for a in operands)), result)
 
