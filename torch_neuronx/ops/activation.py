@@ -8,12 +8,12 @@ of a threshold the boundary falls on and how NaN passes through.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 import torch
 
 from . import lowering
@@ -87,9 +87,9 @@ def elu(x: Array, alpha: Array = 1, scale: Array = 1, input_scale: Array = 1) ->
 @activation(aten.gelu.default)
 def gelu(x: Array, approximate: str = "none") -> Array:
     if approximate == "tanh":
-        inner = np.sqrt(2 / np.pi) * (x + 0.044715 * x * x * x)
+        inner = math.sqrt(2 / math.pi) * (x + 0.044715 * x * x * x)
         return 0.5 * x * (1 + jnp.tanh(inner))
-    return x * 0.5 * (1 + jax.scipy.special.erf(x * np.sqrt(0.5)))
+    return x * 0.5 * (1 + jax.scipy.special.erf(x * math.sqrt(0.5)))
 
 
 @activation(aten.silu.default)
@@ -208,15 +208,15 @@ def elu_backward(
 @activation(aten.gelu_backward.default, tensors=2)
 def gelu_backward(grad: Array, x: Array, approximate: str = "none") -> Array:
     if approximate == "tanh":
-        beta, kappa = np.sqrt(2 / np.pi), 0.044715
+        beta, kappa = math.sqrt(2 / math.pi), 0.044715
         inner = beta * (x + kappa * x * x * x)
         t = jnp.tanh(inner)
         left, right = 0.5 * x, 1 + t
         left_derivative, tanh_derivative = 0.5 * right, 1 - t * t
         right_derivative = left * tanh_derivative * beta * (1 + 3 * kappa * x * x)
         return grad * (left_derivative + right_derivative)
-    cdf = 0.5 * (1 + jax.scipy.special.erf(x * np.sqrt(0.5)))
-    pdf = jnp.exp(-0.5 * x * x) / np.sqrt(2 * np.pi)
+    cdf = 0.5 * (1 + jax.scipy.special.erf(x * math.sqrt(0.5)))
+    pdf = jnp.exp(-0.5 * x * x) / math.sqrt(2 * math.pi)
     return grad * (cdf + x * pdf)
 
 

@@ -11,6 +11,7 @@ the bit width, NaN propagation of clamp/maximum, sign of NaN, integer powers.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -643,7 +644,7 @@ def mvlgamma(x: Any, p: int) -> Any:
 
     def fn(v: Array) -> Array:
         terms = jss.gammaln(v[..., None] - jnp.arange(p - 1, -1, -1, dtype=v.dtype) / 2)
-        return terms.sum(-1) + p * (p - 1) * np.log(np.pi) / 4
+        return terms.sum(-1) + p * (p - 1) * math.log(math.pi) / 4
 
     return apply(fn, (x,), INT_TO_FLOAT)
 
