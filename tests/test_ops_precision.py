@@ -53,6 +53,8 @@ def test_float32_lowerings_stay_float32() -> None:
     widened, checked = [], 0
     for op, lowering in ops.load().items():
         arguments = op._schema.arguments
+        if op.namespace != "aten":  # other tests register deliberately wrong lowerings of their own ops
+            continue
         if not arguments or str(arguments[0].type) != "Tensor" or op._schema.is_mutable or lowering.random:
             continue
         rest = _sample_arguments(op, x)
