@@ -140,10 +140,9 @@ def off_fast_path() -> int:
     """Live executables whose calls no longer take JAX's C++ fast path: it keeps one entry per
     executable in a cache of bounded size (shared by all of them), and a call whose entry was
     evicted goes through Python (several times slower) to rebuild it."""
-    owners = {id(cache): cache for cache in _LIVE.values()}
     count = 0
-    for owner, key in _LIVE:
-        fn = getattr(owners[owner].get(key), "fn", None)
+    for (_, key), cache in _LIVE.items():
+        fn = getattr(cache.get(key), "fn", None)
         count += getattr(fn, "_cache_size", lambda: 1)() == 0
     return count
 
