@@ -661,15 +661,6 @@ def test_lowering_failing_at_trace_time_falls_back_to_eager() -> None:
     assert stats()["eager_nodes"] == {"neuron_test.wrong_dtype.default": 1, "aten.add.Tensor": 1}
 
 
-def test_mode_warns_once_and_proceeds() -> None:
-    x = torch.randn(3, device="neuron")
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        compiled(lambda t: t + 1, mode="max-autotune-no-cudagraphs")(x)
-        compiled(lambda t: t + 2, mode="max-autotune-no-cudagraphs")(x)
-    assert sum("mode='max-autotune-no-cudagraphs'" in str(w.message) for w in caught) == 1
-
-
 def test_unknown_option_is_rejected() -> None:
     with pytest.raises(Exception, match="unknown option"):
         compiled(lambda t: t + 1, options={"no_such_option": 1})(torch.randn(2, device="neuron"))

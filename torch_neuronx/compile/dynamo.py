@@ -10,7 +10,6 @@ per distinct shape; every such compile is counted as a recompile with its reason
 
 from __future__ import annotations
 
-import warnings
 from typing import Any
 
 import torch
@@ -24,7 +23,7 @@ from . import counters
 from .graph import CompiledGraph
 
 OPTIONS = {"fallback_execution"}
-_warned_modes: set[str] = set()
+_logged_modes: set[str] = set()
 _signatures: dict[int, list[tuple[str, str]]] = {}
 
 
@@ -34,11 +33,7 @@ def compile_graph(gm: GraphModule, example_inputs: list, mode: str | None = None
     from torch._functorch.partitioners import min_cut_rematerialization_partition
 
     fallback = _options(options or {})
-    if mode not in (None, "default") and mode not in _warned_modes:
-        _warned_modes.add(mode)
-        warnings.warn(
-            f"neuron compile: mode={mode!r} has no neuron-specific meaning; compiling as mode='default'", stacklevel=2
-        )
+    _check_mode(mode)
     platform.jax()
     _note_recompile(gm, example_inputs)
     counters.graph()
@@ -67,6 +62,20 @@ def _options(options: dict) -> bool:
             "(e.g. torch.compile(m, backend='neuron', options={'fallback_execution': False}))"
         )
     return bool(options.get("fallback_execution", not fallback_disabled()))
+
+
+def _check_mode(mode: str | None) -> None:
+    """Every mode Inductor knows compiles the same here (README, "torch.compile"): each graph is
+    one XLA executable launched in one call, which is what `reduce-overhead`'s CUDA graphs buy
+    on GPU, and kernel tuning is XLA's own. An unknown mode gets Inductor's error."""
+    from torch._inductor import list_mode_options
+
+    if mode is None:
+        return
+    list_mode_options(mode)  # raises RuntimeError("Unrecognized mode=...") as torch.compile does
+    if mode not in _logged_modes:
+        _logged_modes.add(mode)
+        log.info("neuron compile: mode=%r compiles each graph as one XLA executable, as every mode does", mode)
 
 
 def decompositions() -> dict:

@@ -1,9 +1,10 @@
 """Hook torch_neuronx into TorchDynamo without importing torch._dynamo at `import torch`
 (that import is slow).
 
-When Dynamo's modules are first imported:
+When Dynamo's and Inductor's modules are first imported:
 - its backend registry gains a lazy entry for "neuron" (the installed package also declares it
   as a `torch_dynamo_backends` entry point; this covers a checkout that is not installed);
+- Inductor's entry routes graphs on neuron to the neuron backend (`inductor.py`);
 - its trace rules skip torch_neuronx and JAX: our eager kernels are Python functions called
   from the dispatcher, and Dynamo must run them, not trace them, when they execute inside
   compiled code (between graphs, or in nodes that run eagerly). Each frame is judged on its
@@ -18,6 +19,8 @@ import sys
 from collections.abc import Callable
 from importlib.metadata import EntryPoint
 from typing import Any
+
+from .inductor import route
 
 _ENTRY = EntryPoint(name="neuron", value="torch_neuronx.compile:neuron_backend", group="torch_dynamo_backends")
 
@@ -34,6 +37,7 @@ def _skip_tracing(trace_rules: Any) -> None:
 _HOOKS: dict[str, Callable[[Any], None]] = {
     "torch._dynamo.backends.registry": _register_backend,
     "torch._dynamo.trace_rules": _skip_tracing,
+    "torch._inductor.compile_fx": route,
 }
 
 
