@@ -53,6 +53,45 @@ def test_static_cache_generate_matches_cpu_without_recompiles(models: tuple) -> 
     assert after["cache_hits"] > warmed["cache_hits"]
 
 
+def test_transformers_default_compile_config(models: tuple) -> None:
+    """`CompileConfig()` asks for Inductor with mode="reduce-overhead", as on CUDA: on neuron the
+    decode step compiles with the neuron backend and the tokens equal CPU's."""
+    cpu, neuron = models
+    torch_neuronx.compile.reset_metrics()
+    config = transformers.CompileConfig()
+    assert (config.backend, config.mode) == ("inductor", "reduce-overhead")
+    ids = torch.randint(0, 256, (1, 6))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        out = neuron.generate(
+            ids.to("neuron"), max_new_tokens=8, do_sample=False, cache_implementation="static", max_cache_len=64,
+            compile_config=config,
+        )  # fmt: skip
+    assert torch.equal(out.cpu(), _generate(cpu, ids, 8))
+    assert torch_neuronx.compile.metrics()["graphs"] >= 1
+
+
+def test_fullgraph_decode_does_not_recompile_for_a_shorter_prompt(models: tuple) -> None:
+    """Transformers' own checks (fullgraph forward from generate; no recompile with a smaller
+    length): once warm, a shorter prompt decodes with the same graph under `fail_on_recompile`."""
+    cpu, neuron = models
+    config = transformers.CompileConfig(fullgraph=True, dynamic=False)
+
+    def generate(model: torch.nn.Module, ids: torch.Tensor) -> torch.Tensor:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return model.generate(
+                ids, max_new_tokens=5, do_sample=False, cache_implementation="static", max_cache_len=64,
+                compile_config=config,
+            )  # fmt: skip
+
+    generate(neuron, torch.randint(0, 256, (1, 9)).to("neuron"))
+    short = torch.randint(0, 256, (1, 4))
+    with torch.compiler.set_stance("fail_on_recompile"):
+        out = generate(neuron, short.to("neuron"))
+    assert torch.equal(out.cpu(), _generate(cpu, short, 5))
+
+
 def test_repeated_generate_builds_nothing(models: tuple) -> None:
     """A second identical generate lowers no module for XLA at all: no graph, no eager kernel,
     nothing JAX would rebuild behind our caches."""

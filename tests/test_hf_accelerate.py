@@ -1,5 +1,5 @@
 """Accelerate on neuron: device choice, bf16 autocast, backward, gradient accumulation,
-save_state/load_state (with RNG states) and set_seed."""
+save_state/load_state (with RNG states), set_seed, and its dynamo plugin's default backend."""
 
 from __future__ import annotations
 
@@ -84,6 +84,23 @@ def test_backward_and_gradient_accumulation():
             assert all(p.grad is not None and p.grad.device.type == "neuron" for p in model.parameters())
             assert all(torch.equal(a, p.detach().cpu()) for a, p in zip(start, model.parameters()))
     for ref, p in zip(_reference_training(4, 2), model.parameters()):
+        assert_same(ref, p.detach(), rtol=1e-4, atol=1e-5)
+
+
+def test_dynamo_backend_inductor_compiles_with_neuron():
+    import torch_neuronx
+
+    torch_neuronx.compile.reset_metrics()
+    accelerator = Accelerator(dynamo_backend="inductor")
+    model = _model()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    model, optimizer = accelerator.prepare(model, optimizer)
+    for x, y in BATCHES[:2]:
+        accelerator.backward(torch.nn.functional.mse_loss(model(x.to(accelerator.device)), y.to(accelerator.device)))
+        optimizer.step()
+        optimizer.zero_grad()
+    assert torch_neuronx.compile.metrics()["graphs"] >= 1
+    for ref, p in zip(_reference_training(2, 1), model.parameters()):
         assert_same(ref, p.detach(), rtol=1e-4, atol=1e-5)
 
 

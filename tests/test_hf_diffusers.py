@@ -1,5 +1,6 @@
 """Diffusers on neuron: a tiny UNet2DModel DDPM pipeline, built from a config, runs a few
-denoising steps on neuron and matches CPU (the noise comes from the same CPU generator)."""
+denoising steps on neuron and matches CPU (the noise comes from the same CPU generator), eager
+and with `torch.compile(pipe.unet)` as Diffusers' docs write it (the default backend)."""
 
 from __future__ import annotations
 
@@ -22,11 +23,19 @@ def _pipeline():
     return DDPMPipeline(unet=unet, scheduler=DDPMScheduler(num_train_timesteps=50))
 
 
-def test_ddpm_unet_pipeline_matches_cpu():
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+def test_ddpm_unet_pipeline_matches_cpu(compiled):
+    import torch_neuronx
+
+    torch._dynamo.reset()
+    torch_neuronx.compile.reset_metrics()
     kwargs = {"batch_size": 2, "num_inference_steps": 3, "output_type": "np"}
     ref = _pipeline()(generator=torch.Generator().manual_seed(0), **kwargs).images
     pipe = _pipeline().to("neuron")
+    if compiled:
+        pipe.unet = torch.compile(pipe.unet)
     assert pipe.device.type == "neuron" and pipe.unet.device.type == "neuron"
     out = pipe(generator=torch.Generator().manual_seed(0), **kwargs).images
     assert out.shape == ref.shape == (2, 8, 8, 3)
     np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4)
+    assert torch_neuronx.compile.metrics()["graphs"] == (1 if compiled else 0)

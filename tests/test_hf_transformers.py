@@ -219,9 +219,15 @@ def test_trainer_bf16(tmp_path):
 
 
 @needs_compile
-def test_trainer_torch_compile(tmp_path):
-    trainer, _, losses = _train(tmp_path, torch_compile=True)
-    assert trainer.args.torch_compile_backend == "neuron"
+@pytest.mark.parametrize("backend", [None, "inductor"])
+def test_trainer_torch_compile(tmp_path, backend):
+    """Trainer's default backend on neuron, and Inductor asked for by name (as scripts written for
+    CUDA do): both compile with the neuron backend."""
+    torch_neuronx.compile.reset_metrics()
+    chosen = {"torch_compile_backend": backend} if backend else {}
+    trainer, _, losses = _train(tmp_path, torch_compile=True, **chosen)
+    assert trainer.args.torch_compile_backend == (backend or "neuron")
+    assert torch_neuronx.compile.metrics()["graphs"] >= 1
     assert len(losses) == 3
     cpu, _, cpu_losses = _train(tmp_path / "cpu", use_cpu=True)  # eager on CPU: the reference
     rtol, atol = TOLERANCES[torch.float32]
