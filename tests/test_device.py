@@ -155,21 +155,49 @@ def test_xla_threads_leave_the_host_a_core():
     assert os.sched_getaffinity(0) == allowed  # the Python thread keeps every core
 
 
-def test_host_cores_setting(monkeypatch):
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two cores to keep one for the host")
+def test_large_work_spreads_xla_threads_until_ready():
     from torch_neuronx.runtime import platform
 
+    torch.ones(1, device="neuron").cpu()
+    threads = platform._xla_threads
     allowed = os.sched_getaffinity(0)
-    monkeypatch.setenv("TORCH_NEURONX_HOST_CORES", "0")
-    with platform._off_host_cores():
-        assert os.sched_getaffinity(0) == allowed
-    monkeypatch.setenv("TORCH_NEURONX_HOST_CORES", str(len(allowed)))  # would leave XLA nothing
-    with platform._off_host_cores():
-        assert os.sched_getaffinity(0) == allowed
-    if len(allowed) > 1:
-        monkeypatch.setenv("TORCH_NEURONX_HOST_CORES", "1")
-        with platform._off_host_cores():
-            assert os.sched_getaffinity(0) == allowed - {max(allowed)}
-        assert os.sched_getaffinity(0) == allowed
+
+    def xla_cores() -> set[int]:
+        return set().union(*(os.sched_getaffinity(t) for t in threads.threads))
+
+    assert xla_cores() == allowed - {max(allowed)}
+    running = threading.Event()
+    threads.spread_until_ready(None, lambda _: running.wait())  # a large executable in flight
+    assert xla_cores() == allowed
+    running.set()
+    threads.waiter.submit(lambda: None).result()  # the waiter saw it finish
+    assert xla_cores() == allowed - {max(allowed)}
+
+
+def test_large_compiled_graph_runs_spread(monkeypatch):
+    from torch_neuronx.compile import executable
+    from torch_neuronx.runtime import cores
+
+    spread = []
+    monkeypatch.setattr(cores, "LARGE_FLOPS", 0.0)  # every graph counts as large
+    monkeypatch.setattr(executable, "spread_until_ready", spread.append)
+    torch._dynamo.reset()
+    x = torch.randn(8, 8)
+    out = torch.compile(lambda t: (t @ t).relu(), backend="neuron")(x.to("neuron"))
+    torch.testing.assert_close(out.cpu(), (x @ x).relu())
+    assert len(spread) == 1
+
+
+def test_host_cores_setting(monkeypatch):
+    from torch_neuronx.runtime import cores
+
+    started = []
+    allowed = os.sched_getaffinity(0)
+    for keep in ("0", str(len(allowed))):  # none kept; or all, which would leave XLA nothing
+        monkeypatch.setenv("TORCH_NEURONX_HOST_CORES", keep)
+        assert cores.start(lambda: started.append(1)) is None
+    assert started == [1, 1]
     monkeypatch.setenv("TORCH_NEURONX_HOST_CORES", "all")
     with pytest.raises(ValueError, match="TORCH_NEURONX_HOST_CORES must be a whole number of cores, got 'all'"):
-        platform.host_cores()
+        cores.host_cores()

@@ -1,5 +1,6 @@
-"""The Llama configurations and builder the benchmarks share: a tiny Llama (`LLAMA`) and a 58M-parameter
-one (`MID_LLAMA`) where the model's work, not the per-token overhead, dominates."""
+"""The Llama configurations and builder the benchmarks share: a tiny Llama (`LLAMA`), a 4-layer
+256-wide one (`LARGER_LLAMA`) whose train step is big enough to use every core, and a 58M-parameter
+one (`MID_LLAMA`) where the model's work, not the per-token overhead, dominates decoding."""
 
 from __future__ import annotations
 
@@ -13,6 +14,10 @@ LLAMA = dict(
     num_key_value_heads=2,
     vocab_size=256,
     max_position_embeddings=256,
+)
+
+LARGER_LLAMA = dict(
+    LLAMA, hidden_size=256, intermediate_size=688, num_hidden_layers=4, num_attention_heads=8, num_key_value_heads=8
 )
 
 MID_LLAMA = dict(

@@ -1,6 +1,7 @@
-"""torch.compile benchmarks (for `torchneuron bench`): a tiny Llama train step eager vs
-compiled on neuron next to CPU eager and CPU inductor; static-cache decode tokens/s; and time
-to the first compiled result in a fresh process with a cold vs a warm persistent cache.
+"""torch.compile benchmarks (for `torchneuron bench`): the train step of a tiny and of a larger
+Llama, eager vs compiled on neuron next to CPU eager and CPU inductor; static-cache decode
+tokens/s; and time to the first compiled result in a fresh process with a cold vs a warm
+persistent cache.
 
 `python -m torch_neuronx.bench.torch_compile [--quick]` prints a table; `run()` returns the numbers.
 """
@@ -19,7 +20,9 @@ from typing import Any
 
 import torch
 
-from .models import LLAMA, MID_LLAMA, tiny_llama
+from .models import LARGER_LLAMA, LLAMA, MID_LLAMA, tiny_llama
+
+MODELS = {"tiny": LLAMA, "larger": LARGER_LLAMA}
 
 
 def _sync(device: str) -> None:
@@ -28,19 +31,25 @@ def _sync(device: str) -> None:
 
 
 def train_step(
-    device: str, backend: str | None, steps: int = 5, compile_optimizer: bool = False, batch: int = 4, seq: int = 128
+    device: str,
+    backend: str | None,
+    steps: int = 5,
+    compile_optimizer: bool = False,
+    batch: int = 4,
+    seq: int = 128,
+    model: str = "tiny",
 ) -> dict[str, Any]:
     """Seconds per AdamW step (forward, backward, step; `loss.item()` each step) after one
     warm-up step: the median of `steps` steps each synced to the device, and the mean of
     `steps` more run back to back with one sync at the end, as a training loop runs (the host
     prepares a step while the device finishes the last one); and the warm-up (first,
     compiling) step's seconds. `compile_optimizer` also compiles `opt.step` with the same
-    backend (PyTorch's compiled-optimizer recipe)."""
+    backend (PyTorch's compiled-optimizer recipe). `model`: a key of MODELS."""
     torch._dynamo.reset()
-    model = tiny_llama(device).train()
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    llama = tiny_llama(device, MODELS[model]).train()
+    opt = torch.optim.AdamW(llama.parameters(), lr=1e-3)
     ids = torch.randint(0, LLAMA["vocab_size"], (batch, seq), generator=torch.Generator().manual_seed(0)).to(device)
-    forward = torch.compile(model, backend=backend) if backend else model
+    forward = torch.compile(llama, backend=backend) if backend else llama
     update = torch.compile(opt.step, backend=backend) if backend and compile_optimizer else opt.step
 
     def step() -> float:
@@ -175,14 +184,17 @@ def persistent_cache() -> dict[str, Any]:
     return result
 
 
-def train_step_in_new_process(device: str, backend: str | None, steps: int, compile_optimizer: bool) -> dict[str, Any]:
-    """`train_step` in a fresh process, as a user runs it: the configurations measured one
-    after another would otherwise inherit each other's heap, caches and compiled state."""
+def train_step_in_new_process(
+    device: str, backend: str | None, steps: int, compile_optimizer: bool, model: str = "tiny", env: dict | None = None
+) -> dict[str, Any]:
+    """`train_step` in a fresh process (with `env` added to its environment), as a user runs it:
+    the configurations measured one after another would otherwise inherit each other's heap,
+    caches and compiled state."""
     code = (
         "import json; from torch_neuronx.bench.torch_compile import train_step; "
-        f"print(json.dumps(train_step({device!r}, {backend!r}, {steps}, {compile_optimizer})))"
+        f"print(json.dumps(train_step({device!r}, {backend!r}, {steps}, {compile_optimizer}, model={model!r})))"
     )
-    return _python_json(code)
+    return _python_json(code, {**os.environ, **env} if env else None)
 
 
 def _python_json(code: str, env: dict | None = None) -> Any:
@@ -193,26 +205,35 @@ def _python_json(code: str, env: dict | None = None) -> Any:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+# name -> (device, backend, compile_optimizer, environment). "every core to XLA" is the other
+# split of the host's cores (runtime/cores.py), for comparison with the default.
+EVERY_CORE = {"TORCH_NEURONX_HOST_CORES": "0"}
 TRAIN_CONFIGURATIONS = {
-    "cpu eager": ("cpu", None, False),
-    "cpu inductor": ("cpu", "inductor", False),
-    "cpu inductor+opt": ("cpu", "inductor", True),
-    "neuron eager": ("neuron", None, False),
-    "neuron compiled": ("neuron", "neuron", False),
-    "neuron compiled+opt": ("neuron", "neuron", True),
+    "cpu eager": ("cpu", None, False, None),
+    "cpu inductor": ("cpu", "inductor", False, None),
+    "cpu inductor+opt": ("cpu", "inductor", True, None),
+    "neuron eager": ("neuron", None, False, None),
+    "neuron compiled": ("neuron", "neuron", False, None),
+    "neuron compiled+opt": ("neuron", "neuron", True, None),
+    "  every core to XLA": ("neuron", "neuron", False, EVERY_CORE),
+}
+LARGER_CONFIGURATIONS = {
+    name: TRAIN_CONFIGURATIONS[name]
+    for name in ("cpu eager", "cpu inductor", "neuron eager", "neuron compiled", "  every core to XLA")
 }
 
 
-def train_steps(steps: int, rounds: int) -> dict[str, Any]:
+def train_steps(steps: int, rounds: int, model: str = "tiny", configurations: dict | None = None) -> dict[str, Any]:
     """Every configuration once per round, each in a fresh process, the rounds one after another:
     a host's speed drifts over minutes, so configurations are compared within a round. Per
     configuration: the median over rounds of its synced, back-to-back and first-step seconds,
     every round's synced step, and the median over rounds of its step times relative to CPU
     eager's in that round."""
-    runs: dict[str, list] = {name: [] for name in TRAIN_CONFIGURATIONS}
+    configurations = configurations or TRAIN_CONFIGURATIONS
+    runs: dict[str, list] = {name: [] for name in configurations}
     for _ in range(rounds):
-        for name, (device, backend, compile_optimizer) in TRAIN_CONFIGURATIONS.items():
-            runs[name].append(train_step_in_new_process(device, backend, steps, compile_optimizer))
+        for name, (device, backend, compile_optimizer, env) in configurations.items():
+            runs[name].append(train_step_in_new_process(device, backend, steps, compile_optimizer, model, env))
     baseline = runs["cpu eager"]
 
     def median(results: list, key: str, relative: bool = False) -> float:
@@ -232,15 +253,19 @@ def train_steps(steps: int, rounds: int) -> dict[str, Any]:
 
 
 def run(quick: bool = False) -> dict[str, Any]:
-    train = train_steps(steps=2, rounds=1) if quick else train_steps(steps=20, rounds=5)
-    return {"train_step": train, "decode": decode(8 if quick else 32), "persistent_cache": persistent_cache()}
+    steps, rounds = (2, 1) if quick else (20, 5)
+    return {
+        "train_step": train_steps(steps, rounds),
+        "train_step_larger": train_steps(steps, (rounds + 1) // 2, "larger", LARGER_CONFIGURATIONS),
+        "decode": decode(8 if quick else 32),
+        "persistent_cache": persistent_cache(),
+    }
 
 
-def format_results(results: dict[str, Any]) -> str:
-    train = results["train_step"]
+def _train_table(title: str, train: dict[str, Any]) -> list[str]:
     lines = [
-        "tiny Llama train step (batch 4, seq 128, AdamW; each run in a fresh process, configurations alternated "
-        f"over {len(train['cpu eager']['rounds_step_s'])} round(s); +opt: opt.step compiled too; medians; "
+        f"{title} (batch 4, seq 128, AdamW; each run in a fresh process, configurations alternated over "
+        f"{len(train['cpu eager']['rounds_step_s'])} round(s); +opt: opt.step compiled too; medians; "
         "synced: each step synced; back to back: one sync after all steps)",
         f"{'':20s} {'synced ms':>10s} {'x cpu eager':>12s} {'back to back ms':>16s} {'x cpu eager':>12s} "
         f"{'first step s':>13s}  synced per round ms",
@@ -251,6 +276,12 @@ def format_results(results: dict[str, Any]) -> str:
             f"{name:20s} {r['step_s'] * 1e3:10.2f} {r['vs_cpu_eager']:12.2f} {r['back_to_back_step_s'] * 1e3:16.2f} "
             f"{r['back_to_back_vs_cpu_eager']:12.2f} {r['first_step_s']:13.2f}  {rounds}"
         )
+    return lines
+
+
+def format_results(results: dict[str, Any]) -> str:
+    lines = _train_table("tiny Llama train step", results["train_step"])
+    lines += _train_table("4-layer 256-wide Llama train step", results["train_step_larger"])
     d = results["decode"]
     lines.append(
         f"greedy decode tokens/s: CPU eager generate {d['cpu_eager_tokens_per_s']:.1f}; neuron static-cache "

@@ -21,6 +21,7 @@ import torch
 from torch.fx import Node
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
+from ..eager.kernel import cpp_entry_point
 from ..eager.storage_io import (
     DYNAMIC_SCALARS,
     CallInputs,
@@ -39,7 +40,9 @@ from ..eager.storage_io import (
 from ..eager.tensor import tensor_on_new_storage
 from ..ops._dtypes import jax_dtype, torch_dtype
 from ..ops.geometry import Geometry, contiguous_strides, numel, write
+from ..runtime import cores
 from ..runtime.debug import log, module_name
+from ..runtime.platform import spread_until_ready
 from . import counters
 from .nodes import Rule, broadcast_operands
 
@@ -57,10 +60,11 @@ class LoweringError(Exception):
 class Compiled:
     """One input signature's executable and how its outputs are made."""
 
-    __slots__ = ("fn", "mutated_slots", "outputs")
+    __slots__ = ("fn", "large", "mutated_slots", "outputs")
 
     def __init__(self) -> None:
         self.fn: Any = None
+        self.large = False  # runs with XLA:CPU's threads on every core (runtime/cores.py)
         self.mutated_slots: list[int] = []
         self.outputs: list = []  # per output node: (treedef, leaf specs)
 
@@ -91,8 +95,11 @@ class Executable:
             entry = Compiled()
             writable = written_slots([k for n, k in zip(self.inputs, key) if n in self.written])
             donated = buffer_positions(writable, key[-1])
-            entry.fn = jitted(self._traceable(key, entry, writable), donated, len(call.buffers))
-            results = entry.fn(*call.buffers, *call.scalars)  # traces and compiles
+            traced = jitted(self._traceable(key, entry, writable), donated, len(call.buffers))
+            compiled = traced.lower(*call.buffers, *call.scalars).compile()
+            entry.large = cores.large(compiled.cost_analysis())
+            results = compiled(*call.buffers, *call.scalars)
+            entry.fn = cpp_entry_point(compiled)
             if self.last_key is not None:
                 reason = describe_change(self.inputs, self.last_key, key)
                 counters.recompile(self.name, reason)
@@ -105,6 +112,8 @@ class Executable:
         else:
             counters.hit()
             results = entry.fn(*call.buffers, *call.scalars)
+        if entry.large:
+            spread_until_ready(results)
         self._finish(entry, call, results, env)
 
     def _finish(self, entry: Compiled, call: CallInputs, results: tuple, env: dict) -> None:

@@ -3,24 +3,23 @@
 `TORCH_NEURONX_PLATFORM` picks the JAX backend (`cpu` by default, `cuda` where jax[cuda] is
 installed). JAX is imported and configured on first device use, never at `import torch`.
 
-On the CPU platform the host keeps cores of its own (`TORCH_NEURONX_HOST_CORES`, default 1):
-XLA's worker threads are started off them, as a GPU's work runs off the CPU thread that
-enqueues it. Otherwise XLA's threads and the Python thread dispatching the next ops contend
-for the same cores.
+On the CPU platform XLA's threads are kept off the host's own cores except while large work
+runs (`cores.py`).
 """
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import os
-from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from . import cores
 from .debug import request_xla_dumps
 from .host_heap import retain_freed_blocks
+
+_xla_threads: cores.XlaThreads | None = None  # XLA:CPU's threads, once its client started, if pinned
 
 
 def platform_name() -> str:
@@ -46,8 +45,8 @@ def jax() -> ModuleType:
     if platform_name() == "cpu":
         _jax.config.update("jax_cpu_enable_async_dispatch", async_dispatch())
         retain_freed_blocks()
-        with _off_host_cores():
-            _jax.devices()  # starts the CPU client, and so its thread pools
+        global _xla_threads
+        _xla_threads = cores.start(_jax.devices)  # starts the CPU client, and so its thread pools
     return _jax
 
 
@@ -59,38 +58,18 @@ def async_dispatch() -> bool:
     return os.environ.get("TORCH_NEURONX_ASYNC_DISPATCH", "1") not in ("0", "false", "False", "")
 
 
-def host_cores() -> int:
-    """Cores kept free of XLA:CPU's threads for the host (`TORCH_NEURONX_HOST_CORES`)."""
-    value = os.environ.get("TORCH_NEURONX_HOST_CORES", "1")
-    try:
-        return max(0, int(value))
-    except ValueError:
-        raise ValueError(f"TORCH_NEURONX_HOST_CORES must be a whole number of cores, got {value!r}") from None
-
-
-@contextlib.contextmanager
-def _off_host_cores() -> Iterator[None]:
-    """Run the block with this thread's CPU affinity minus the host's cores (the last allowed
-    ones), then restore it. XLA:CPU sizes its thread pools from the creating thread's
-    affinity and its threads inherit it, so they never run on the host's cores; the Python
-    threads keep every core. No-op where that would leave XLA no core."""
-    allowed = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
-    keep = host_cores()
-    if not keep or len(allowed) <= keep:
-        yield
-        return
-    os.sched_setaffinity(0, allowed[:-keep])
-    try:
-        yield
-    finally:
-        os.sched_setaffinity(0, allowed)
+def spread_until_ready(results: Any) -> None:
+    """A large executable was just enqueued: XLA:CPU's threads may use every core of the host
+    until its `results` are ready (`cores.py`)."""
+    if _xla_threads is not None:
+        _xla_threads.spread_until_ready(results, jax().block_until_ready)
 
 
 def local_index() -> int:
     """Which of the platform's devices this process owns (DESIGN decision 7)."""
-    cores = os.environ.get("NEURON_RT_VISIBLE_CORES", "")
-    if cores and "," not in cores and "-" not in cores:
-        return int(cores)
+    visible = os.environ.get("NEURON_RT_VISIBLE_CORES", "")
+    if visible and "," not in visible and "-" not in visible:
+        return int(visible)
     return int(os.environ.get("LOCAL_RANK", "0"))
 
 
