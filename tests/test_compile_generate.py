@@ -8,6 +8,7 @@ import warnings
 
 import pytest
 import torch
+from compare import assert_same
 
 import torch_neuronx
 from torch_neuronx.bench.models import LLAMA
@@ -61,13 +62,17 @@ def test_transformers_default_compile_config(models: tuple) -> None:
     config = transformers.CompileConfig()
     assert (config.backend, config.mode) == ("inductor", "reduce-overhead")
     ids = torch.randint(0, 256, (1, 6))
+    every_output = {"return_dict_in_generate": True, "output_scores": True, "output_logits": True}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         out = neuron.generate(
             ids.to("neuron"), max_new_tokens=8, do_sample=False, cache_implementation="static", max_cache_len=64,
-            compile_config=config,
+            compile_config=config, **every_output,
         )  # fmt: skip
-    assert torch.equal(out.cpu(), _generate(cpu, ids, 8))
+        ref = cpu.generate(ids, max_new_tokens=8, do_sample=False, **every_output)
+    assert torch.equal(out.sequences.cpu(), ref.sequences)
+    assert_same(ref.logits, out.logits, rtol=1e-4, atol=1e-4)
+    assert_same(ref.scores, out.scores, rtol=1e-4, atol=1e-4)
     assert torch_neuronx.compile.metrics()["graphs"] >= 1
 
 
