@@ -410,6 +410,28 @@ def test_static_cache_update_writes_in_place() -> None:
     assert torch.equal(cache.cpu(), cpu)
 
 
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda x, i: x.index_copy(0, i, torch.ones(2, 3, device=x.device)),
+        lambda x, i: x[i] * 2,
+        lambda x, i: x.index_copy_(0, i, torch.ones(2, 3, device=x.device)).sum(),
+    ],
+    ids=["index_copy", "index", "index_copy_ into an input"],
+)
+def test_index_out_of_range_raises_as_cpu(fn: Any) -> None:
+    """A bad index in a compiled graph is PyTorch's IndexError at the next sync, naming the op,
+    never a silent write or read elsewhere."""
+    x, bad = torch.zeros(4, 3), torch.tensor([0, 5])
+    with pytest.raises(IndexError) as cpu:
+        fn(x.clone(), bad)
+    with pytest.raises(IndexError, match=r"compiled graph .*: aten\.index") as neuron:
+        compiled(fn)(x.to("neuron"), bad.to("neuron")).cpu()
+    assert str(cpu.value) in str(neuron.value)
+    good = torch.tensor([1, 2])
+    assert_same(fn(x.clone(), good), compiled(fn)(x.to("neuron"), good.to("neuron")))
+
+
 # ---- randomness -------------------------------------------------------------------------------
 
 

@@ -38,8 +38,10 @@ from ..eager.storage_io import (
     written_slots,
 )
 from ..eager.tensor import tensor_on_new_storage
+from ..ops import collecting_checks
 from ..ops._dtypes import jax_dtype, torch_dtype
 from ..ops.geometry import Geometry, contiguous_strides, numel, write
+from ..runtime import checks as device_checks
 from ..runtime import cores
 from ..runtime.debug import log, module_name
 from ..runtime.platform import spread_until_ready
@@ -60,10 +62,11 @@ class LoweringError(Exception):
 class Compiled:
     """One input signature's executable and how its outputs are made."""
 
-    __slots__ = ("fn", "large", "mutated_slots", "outputs")
+    __slots__ = ("checks", "fn", "large", "mutated_slots", "outputs")
 
     def __init__(self) -> None:
         self.fn: Any = None
+        self.checks: list = []  # the nodes' device-side checks: [(error type, message)]
         self.large = False  # runs with XLA:CPU's threads on every core (runtime/cores.py)
         self.mutated_slots: list[int] = []
         self.outputs: list = []  # per output node: (treedef, leaf specs)
@@ -117,8 +120,13 @@ class Executable:
         self._finish(entry, call, results, env)
 
     def _finish(self, entry: Compiled, call: CallInputs, results: tuple, env: dict) -> None:
-        """`results`: the executable's outputs, then the new buffers of the storages it wrote."""
-        for slot, buf in zip(entry.mutated_slots, results[len(results) - len(entry.mutated_slots) :]):
+        """`results`: the executable's outputs, then the new buffers of the storages it wrote,
+        then its check flags if it has checks."""
+        end = len(results)
+        if entry.checks:
+            end -= 1
+            device_checks.defer(results[end], entry.checks, f"compiled graph `{self.name}`")
+        for slot, buf in zip(entry.mutated_slots, results[end - len(entry.mutated_slots) : end]):
             call.allocs[slot].buffer = buf
         buffers = iter(results)
         for node, (tree, specs) in zip(self.outputs, entry.outputs):
@@ -137,10 +145,14 @@ class Executable:
             env = {node: _load(k, storage, scal) for node, k in zip(self.inputs, input_keys)}
             keys = iter(device_keys(next(scal), next(scal), next(scal), self.random) if self.random else ())
             slots: list[int] = []
+            checks = []
             for node in self.nodes:
-                env[node] = self._apply(node, env, storage, by_node, keys, slots)
+                with collecting_checks() as made:
+                    env[node] = self._apply(node, env, storage, by_node, keys, slots)
+                checks += [(flag, error, f"{node.target}: {message}") for flag, error, message in made]
                 if node in self.materialized:
                     env[node] = _computed_once(env[node])
+            entry.checks = [(error, message) for _, error, message in checks]
             entry.mutated_slots = slots = with_donated(slots, writable, unwritten)
             flat, entry.outputs = [], []
             for node in self.outputs:
@@ -155,7 +167,7 @@ class Executable:
                     else:
                         specs.append((_STATIC, value))
                 entry.outputs.append((tree, specs))
-            return flat, [storage[s] for s in slots]
+            return flat, [storage[s] for s in slots], jnp.stack([f for f, _, _ in checks]) if checks else None
 
         # The XLA module's name: the graph's kind, not its compile id, so that the same graph
         # compiled in another order or process still hits the persistent cache.
