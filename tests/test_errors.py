@@ -76,3 +76,36 @@ def test_item_and_print():
     assert "device='neuron:0'" in repr(x)
     assert int(torch.tensor(7).to("neuron")) == 7
     assert bool(torch.tensor(True).to("neuron"))
+
+
+def test_opinfo_error_inputs_slice():
+    """The suite's slice of `tests/sweep_errors.py`: every OpInfo error case of these entries
+    raises CPU's exception type and message on neuron (with the fallback disabled)."""
+    from sweep_errors import FAST, run
+
+    rows = run(FAST)
+    assert [r for r in rows if r["outcome"] not in ("same", "skip")] == []
+    assert sum(r["outcome"] == "same" for r in rows) >= 60
+
+
+def test_what_jax_rejects_while_tracing_is_pytorchs_error():
+    cond, a, b = torch.ones(3, dtype=torch.bool), torch.ones(4), torch.ones(3)
+    with pytest.raises(RuntimeError) as cpu:
+        torch.where(cond, a, b)
+    with pytest.raises(RuntimeError, match=r"neuron: aten\.where\.self") as neuron:
+        torch.where(cond.to("neuron"), a.to("neuron"), b.to("neuron"))
+    assert str(cpu.value) in str(neuron.value)
+    assert type(neuron.value) is RuntimeError  # not JAX's ValueError, which `except RuntimeError` misses
+
+
+def test_torch_error_maps_jax_messages():
+    from torch_neuronx.ops._common import torch_error
+
+    axis = torch_error(ValueError("axis 5 is out of bounds for array of dimension 2"))
+    assert isinstance(axis, IndexError)
+    assert str(axis) == "Dimension out of range (expected to be in range of [-2, 1], but got 5)"
+    shapes = torch_error(ValueError("Incompatible shapes for broadcasting: shapes=[(3,), (4,)]"))
+    assert type(shapes) is RuntimeError
+    assert str(shapes) == "The size of tensor a (3) must match the size of tensor b (4) at non-singleton dimension 0"
+    other = torch_error(TypeError("take_along_axis indices must be of integer type"))
+    assert type(other) is RuntimeError and "take_along_axis indices must be of integer type" in str(other)

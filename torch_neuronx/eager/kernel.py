@@ -35,6 +35,7 @@ import numpy as np
 import torch
 
 from ..ops import Lowering, collecting_checks
+from ..ops._common import raised_by_jax, torch_error
 from ..ops._dtypes import TO_TORCH
 from ..ops.geometry import contiguous_strides, numel
 from ..runtime import checks as device_checks
@@ -197,6 +198,10 @@ class Kernel(ArgumentPlan):
                 _hits[this.name] += 1
                 results = entry.fn(*call.buffers, *call.scalars)
         except Exception as error:
+            if raised_by_jax(error):
+                translated = torch_error(error)
+                this._name_error(translated, call)
+                raise translated from error
             this._name_error(error, call)
             raise
         made = len(entry.out_meta)

@@ -2,7 +2,8 @@
 
 - opmath: PyTorch CPU computes float16 and bfloat16 in float32 (`accumulate`, `opmath_dtype`,
   `upcast` for one value, the `@opmath` decorator for a whole lowering, `linear_vjp`);
-- errors for arguments a lowering rejects (`fail_unless`, `unsupported`);
+- errors for arguments a lowering rejects (`fail_unless`, `unsupported`), and PyTorch's error for
+  one JAX raised while tracing a lowering (`torch_error`);
 - dims: PyTorch's dim wrapping and its IndexError (`wrap_dim`), per-spatial-dim parameters
   (`per_dim`).
 
@@ -11,13 +12,17 @@ Family modules import these from here; this module imports no family module.
 
 from __future__ import annotations
 
+import ast
 import functools
 import inspect
+import os
+import re
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
 import jax
 import jax.numpy as jnp
+import jaxlib
 import torch
 
 from ._dtypes import jax_dtype, torch_dtype
@@ -103,6 +108,35 @@ def fail_unless(ok: bool, op: str, message: str, x: Array | None = None, error: 
 def unsupported(op: str, x: Array, needs: str) -> NoReturn:
     """Reject a dtype the op does not take; `needs` says what it takes."""
     raise RuntimeError(f"neuron: {op} is not supported for {torch_dtype(x)} tensors on the neuron device; {needs}")
+
+
+_JAX_SOURCES = tuple(os.path.dirname(m.__file__) + os.sep for m in (jax, jaxlib))
+_AXIS = re.compile(r"axis (-?\d+) is out of bounds for array of dimension (\d+)")
+_BROADCAST = re.compile(r"Incompatible shapes for broadcasting: shapes=(\[[\d\s,()]*\])")
+
+
+def raised_by_jax(error: BaseException) -> bool:
+    """Whether `error` was raised inside JAX (its innermost frame), not by a lowering's check."""
+    tb, where = error.__traceback__, ""
+    while tb is not None:
+        where, tb = tb.tb_frame.f_code.co_filename, tb.tb_next
+    return where.startswith(_JAX_SOURCES)
+
+
+def torch_error(error: Exception) -> Exception:
+    """The exception PyTorch CPU raises for the bad arguments JAX rejected with `error` while a
+    lowering was traced: an axis out of range is PyTorch's IndexError, shapes that do not
+    broadcast its RuntimeError, each with PyTorch's message; anything else a RuntimeError that
+    keeps JAX's reason."""
+    message = str(error)
+    try:
+        if axis := _AXIS.search(message):
+            wrap_dim(int(axis[1]), int(axis[2]))
+        if shapes := _BROADCAST.search(message):
+            broadcast_shape(*ast.literal_eval(shapes[1]))
+    except (IndexError, RuntimeError) as torch_raised:
+        return torch_raised
+    return RuntimeError(f"invalid arguments for this op ({type(error).__name__} from the lowering: {message})")
 
 
 # ---- dims -------------------------------------------------------------------------------

@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import torch
 
 from . import lowering
-from ._common import unsupported
+from ._common import fail_unless, unsupported
 from ._dtypes import cast, jax_dtype, promote, torch_dtype
 from .elementwise import is_complex
 
@@ -84,8 +84,13 @@ def elu(x: Array, alpha: Array = 1, scale: Array = 1, input_scale: Array = 1) ->
     return jnp.where(x > 0, x * scale, jnp.expm1(x * input_scale) * (alpha * scale))
 
 
+def _check_approximate(op: str, approximate: str, x: Array) -> None:
+    fail_unless(approximate in ("none", "tanh"), op, "approximate argument must be either none or tanh.", x)
+
+
 @activation(aten.gelu.default)
 def gelu(x: Array, approximate: str = "none") -> Array:
+    _check_approximate("gelu", approximate, x)
     if approximate == "tanh":
         inner = math.sqrt(2 / math.pi) * (x + 0.044715 * x * x * x)
         return 0.5 * x * (1 + jnp.tanh(inner))
@@ -207,6 +212,7 @@ def elu_backward(
 
 @activation(aten.gelu_backward.default, tensors=2)
 def gelu_backward(grad: Array, x: Array, approximate: str = "none") -> Array:
+    _check_approximate("gelu_backward", approximate, x)
     if approximate == "tanh":
         beta, kappa = math.sqrt(2 / math.pi), 0.044715
         inner = beta * (x + kappa * x * x * x)

@@ -21,7 +21,7 @@ from jax import lax
 from jax.lax import linalg as lax_linalg
 
 from . import lowering
-from ._common import accumulate, wrap_dim
+from ._common import accumulate, broadcast_shape, wrap_dim
 from ._dtypes import cast, torch_dtype
 from .reduction import integral_to_long
 
@@ -202,10 +202,12 @@ def cross(a: Any, b: Any, dim: int = -1) -> Any:
         raise RuntimeError(
             f"neuron: linalg.cross: inputs must have the same number of dimensions, got {a.ndim} and {b.ndim}"
         )
-    shape = jnp.broadcast_shapes(a.shape, b.shape)
-    axis = wrap_dim(dim, len(shape), "linalg.cross")
-    if shape[axis] != 3:
-        raise RuntimeError(f"neuron: linalg.cross: inputs dimension {dim} must have length 3. Got {shape[axis]}")
+    axis = wrap_dim(dim, a.ndim, "linalg.cross")
+    if a.shape[axis] != 3 or b.shape[axis] != 3:
+        raise RuntimeError(
+            f"neuron: linalg.cross: inputs dimension {dim} must have length 3. Got {a.shape[axis]} and {b.shape[axis]}"
+        )
+    shape = broadcast_shape(a.shape, b.shape)
     _same_dtype("linalg.cross", a, b)
     return jnp.cross(jnp.broadcast_to(a, shape), jnp.broadcast_to(b, shape), axis=axis)
 

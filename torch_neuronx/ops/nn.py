@@ -133,6 +133,13 @@ def _affine(y: Any, weight: Any, bias: Any, shape: tuple[int, ...]) -> Any:
 def native_layer_norm(x: Any, normalized_shape: Sequence[int], weight: Any, bias: Any, eps: Any) -> Any:
     shape = list(normalized_shape)
     fail_unless(
+        len(shape) >= 1,
+        "native_layer_norm",
+        "Expected normalized_shape to be at least 1-dimensional, i.e., containing at least one element, but got "
+        f"normalized_shape = {shape}",
+        x,
+    )
+    fail_unless(
         len(shape) <= x.ndim and list(x.shape[x.ndim - len(shape) :]) == shape,
         "native_layer_norm",
         f"Given normalized_shape={shape}, expected input with shape [*, {', '.join(map(str, shape))}], "
@@ -419,6 +426,7 @@ def native_dropout_backward(grad: Any, mask: Any, scale: Any) -> Any:
 def embedding(
     weight: Any, indices: Any, padding_idx: int = -1, scale_grad_by_freq: bool = False, sparse: bool = False
 ) -> Any:
+    fail_unless(weight.ndim == 2, "embedding", "'weight' must be 2-D", weight)
     return jnp.take(weight, indices, axis=0)
 
 

@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from . import lowering
-from ._common import linear_vjp, opmath, per_dim, upcast
+from ._common import fail_unless, linear_vjp, opmath, per_dim, upcast
 
 aten = torch.ops.aten
 _HIGHEST = jax.lax.Precision.HIGHEST
@@ -35,6 +35,44 @@ def _pool_out(size: int, k: int, s: int, p: int, d: int, ceil_mode: bool) -> int
     if ceil_mode and (out - 1) * s >= size + p:
         out -= 1
     return out
+
+
+def check_pooling(
+    op: str, shape: Sequence[int], kernel: Sequence[int], stride: Sequence[int], padding: Sequence[int],
+    dilation: Sequence[int], ceil_mode: bool,
+) -> None:  # fmt: skip
+    """PyTorch's argument checks for pooling an input of `shape`, in its order: the rank, the
+    parameters (`pooling_output_shape`), the non-batch sizes and the output size
+    (`pool2d_shape_check`/`pool3d_shape_check`); before any window is computed."""
+    nd, shape = len(kernel), list(shape)
+    ranks = f"Expected {nd + 1}D or {nd + 2}D (batch mode) tensor with optional 0 dim batch size for input, but got:"
+    fail_unless(len(shape) in (nd + 1, nd + 2), op, f"{ranks}{shape}")
+    stride = stride or kernel
+    for k, s, p, d in zip(kernel, stride, padding, dilation):
+        fail_unless(k > 0, op, f"kernel size should be greater than zero, but got kernel_size={k}")
+        fail_unless(s > 0, op, f"stride should be greater than zero, but got stride={s}")
+        fail_unless(d > 0, op, f"dilation should be greater than zero, but got dilation={d}")
+        fail_unless(p >= 0, op, f"pad must be non-negative, but got pad: {p}")
+        fail_unless(
+            p <= ((k - 1) * d + 1) // 2,
+            op,
+            f"pad should be at most half of effective kernel size, but got pad={p}, kernel_size={k} and dilation={d}",
+        )
+    fail_unless(
+        all(n > 0 for n in shape[-nd - 1 :]),
+        op,
+        f"{ranks}{shape}"
+        if nd == 2
+        else f"Expected input's non-batch dimensions to have positive length, but input has a shape of {shape}",
+    )
+    size = shape[-nd:]
+    out = [_pool_out(*args, ceil_mode) for args in zip(size, kernel, stride, padding, dilation)]
+    fail_unless(
+        all(o >= 1 for o in out),
+        op,
+        f"Given input size: ({'x'.join(map(str, [shape[-nd - 1], *size]))}). Calculated output size: "
+        f"({'x'.join(map(str, [shape[-nd - 1], *out]))}). Output size is too small",
+    )
 
 
 class Windows:
@@ -149,15 +187,15 @@ def _max_pool(nd: int) -> Callable[..., Any]:
         dilation: Sequence[int] = (1,),
         ceil_mode: bool = False,
     ) -> Any:
-        windows = Windows(
-            x.shape,
+        params = (
             per_dim(kernel_size, nd),
             per_dim(stride, nd) if stride else (),
             per_dim(padding, nd),
             per_dim(dilation, nd),
             ceil_mode,
         )
-        return _argmax_pool(x, windows)
+        check_pooling(f"max_pool{nd}d", x.shape, *params)
+        return _argmax_pool(x, Windows(x.shape, *params))
 
     return max_pool_with_indices
 
@@ -211,14 +249,13 @@ def _avg_pool(nd: int) -> Callable[..., Any]:
         count_include_pad: bool = True,
         divisor_override: int | None = None,
     ) -> Any:
-        windows = Windows(
-            x.shape,
-            per_dim(kernel_size, nd),
-            per_dim(stride, nd) if stride else (),
-            per_dim(padding, nd),
-            (1,) * nd,
-            ceil_mode,
-        )
+        params = (per_dim(kernel_size, nd), per_dim(stride, nd) if stride else (), per_dim(padding, nd), (1,) * nd)
+        op = f"avg_pool{nd}d"
+        ranks = f"{nd + 1}D or {nd + 2}D"
+        fail_unless(x.ndim in (nd + 1, nd + 2), op, f"non-empty {ranks} (batch mode) tensor expected for input")
+        fail_unless(divisor_override != 0, op, "divisor must be not zero")
+        check_pooling(op, x.shape, *params, ceil_mode)
+        windows = Windows(x.shape, *params, ceil_mode)
         total = windows.patches(x, 0).sum(axis=x.ndim - nd)
         return total / (divisor_override or _avg_divisor(windows, count_include_pad).astype(x.dtype))
 
