@@ -95,10 +95,28 @@ def to_neuron(x: Any) -> Any:
 HOST_ARGS = {"tensor_split": 0}
 
 
-def _on_neuron(name: str, sample: Any) -> Any:
+def aliases_to_neuron() -> Any:
+    """Like `to_neuron`, but tensors that share a CPU storage share one neuron storage, so an
+    `out=` that aliases an input still does."""
+    storages: dict[int, torch.Tensor] = {}
+
+    def move(x: Any) -> Any:
+        if not isinstance(x, torch.Tensor) or x.device.type != "cpu":
+            return x
+        key = x.untyped_storage().data_ptr()
+        whole = storages.get(key)
+        if whole is None or whole.dtype != x.dtype:
+            whole = storages[key] = torch.empty(0, dtype=x.dtype).set_(x.untyped_storage()).to("neuron")
+        y = whole.as_strided(x.shape, x.stride(), x.storage_offset()).detach()
+        return y.requires_grad_(x.requires_grad) if x.is_floating_point() or x.is_complex() else y
+
+    return move
+
+
+def _on_neuron(name: str, sample: Any, keep_aliases: bool = False) -> Any:
     """The sample with its tensors on neuron, and a CPU device argument (`x.to("cpu")`) made neuron."""
     host = HOST_ARGS.get(name)
-    dev_sample = sample.transform(to_neuron)
+    dev_sample = sample.transform(aliases_to_neuron() if keep_aliases else to_neuron)
     if host is not None:
         dev_sample.args = (*dev_sample.args[:host], sample.args[host], *dev_sample.args[host + 1 :])
 

@@ -50,7 +50,7 @@ def _outcome(error_input: Any, name: str, opinfo_call: Any) -> tuple[str, str]:
         return "skip", f"CPU raised {type(e).__name__}"
     else:
         return "skip", "CPU raised nothing"
-    moved = _on_neuron(name, sample)
+    moved = _on_neuron(name, sample, keep_aliases=True)
     try:
         out = opinfo_call(moved.input, *moved.args, **moved.kwargs)
         for leaf in tree_leaves(out):

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+from torch._prims_common import is_non_overlapping_and_dense_or_false as is_non_overlapping_and_dense
 
 from .. import ops
 from ..ops import Lowering, is_mutating
@@ -232,6 +233,7 @@ class OutKernel:
         values = this.bind(args, kwargs)
         outs = [values[i] for i in this.outs]
         call_kwargs = {n: values[i] for n, i in zip(this.input_names, this.inputs)}
+        _check_overlap(this.name, outs, [v for i in this.inputs for v in _tensors(values[i])])
         if this.takes_dtype:
             call_kwargs["dtype"] = outs[0].dtype
         result = this.twin(**call_kwargs)
@@ -242,6 +244,60 @@ class OutKernel:
                 out.resize_(value.shape)
             out.copy_(value)
         return outs[0] if len(outs) == 1 else tuple(outs)
+
+
+# out= ops that refuse an `out` sharing any memory with an input, even exactly (PyTorch's
+# assert_no_overlap); the others refuse only a partial overlap, as TensorIterator does.
+_NO_ALIAS_OUT = {"gather", "index_select", "take", "masked_select", "kthvalue", "bernoulli", "take_along_dim"}
+_OVERLAP = (
+    "unsupported operation: some elements of the input tensor and the written-to tensor refer to a single memory "
+    "location. Please clone() the tensor before performing the operation."
+)
+
+
+_INTERNAL_OVERLAP = (
+    "unsupported operation: more than one element of the written-to tensor refers to a single memory location. "
+    "Please clone() the tensor before performing the operation."
+)
+
+
+def _tensors(value: Any) -> list[torch.Tensor]:
+    if isinstance(value, torch.Tensor):
+        return [value]
+    return [v for v in value if isinstance(v, torch.Tensor)] if isinstance(value, (list, tuple)) else []
+
+
+def _check_overlap(name: str, outs: list[torch.Tensor], inputs: list[torch.Tensor]) -> None:
+    """PyTorch's memory-overlap rules for `out=` (at::has_internal_overlap, get_overlap_status):
+    an `out` may not write one element twice (a stride-0 dim) nor partially overlap an input;
+    for the ops in _NO_ALIAS_OUT, not even exactly."""
+    exact_ok = name.split(".")[1] not in _NO_ALIAS_OUT
+    for out in outs:
+        if any(stride == 0 and size > 1 for size, stride in zip(out.shape, out.stride())):
+            raise RuntimeError(f"neuron: {name}: {_INTERNAL_OVERLAP}")
+        for x in inputs:
+            if _overlap(out, x) and not (exact_ok and _same_memory(out, x)):
+                raise RuntimeError(f"neuron: {name}: {_OVERLAP}")
+
+
+def _overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
+    if a.numel() == 0 or b.numel() == 0 or a.device != b.device:
+        return False
+    if a.untyped_storage().data_ptr() != b.untyped_storage().data_ptr():
+        return False
+    if not (is_non_overlapping_and_dense(a) and is_non_overlapping_and_dense(b)):
+        return False  # PyTorch's TOO_HARD: not checked
+    start_a, start_b = a.storage_offset() * a.element_size(), b.storage_offset() * b.element_size()
+    return start_a < start_b + b.numel() * b.element_size() and start_b < start_a + a.numel() * a.element_size()
+
+
+def _same_memory(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return (a.storage_offset() * a.element_size(), a.shape, a.stride(), a.element_size()) == (
+        b.storage_offset() * b.element_size(),
+        b.shape,
+        b.stride(),
+        b.element_size(),
+    )
 
 
 def _decompositions() -> dict:
