@@ -22,7 +22,14 @@ aten = torch.ops.aten
 _HIGHEST = jax.lax.Precision.HIGHEST
 
 
-def _check_conv(x: Any, w: Any, transposed: bool, groups: int) -> None:
+def _check_conv(
+    x: Any, w: Any, stride: Sequence[int], padding: Sequence[int], dilation: Sequence[int], transposed: bool,
+    groups: int,
+) -> None:  # fmt: skip
+    """PyTorch's checks of a convolution's arguments (ConvUtils' check_shape_forward), in its order."""
+    fail_unless(all(p >= 0 for p in padding), "convolution", "negative padding is not supported", x)
+    fail_unless(all(s > 0 for s in stride), "convolution", "non-positive stride is not supported", x)
+    fail_unless(all(d > 0 for d in dilation), "convolution", "dilation should be greater than zero", x)
     fail_unless(
         x.ndim == w.ndim and x.ndim >= 3,
         "convolution",
@@ -90,7 +97,7 @@ def convolution(
     output_padding: Sequence[int],
     groups: int,
 ) -> Any:
-    _check_conv(x, w, transposed, groups)
+    _check_conv(x, w, stride, padding, dilation, transposed, groups)
     compute = opmath_dtype(x)
     out = _conv(x.astype(compute), w.astype(compute), stride, padding, dilation, transposed, output_padding, groups)
     if bias is not None:

@@ -64,7 +64,7 @@ def arange_start_step(start: Any, end: Any, step: Any = 1, dtype: Any = None, *_
     integral = acc == jnp.int64
     xstart, xend, xstep = (int(v) if integral else float(v) for v in (start, end, step))
     if xstep == 0:
-        raise RuntimeError("step must be nonzero")
+        raise ValueError("step must be nonzero")
     if not (math.isfinite(xstart) and math.isfinite(xend)):
         raise RuntimeError(f"unsupported range: {xstart} -> {xend}")
     if (xstep > 0 and xend < xstart) or (xstep < 0 and xend > xstart):

@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 import torch
 
-from . import lowering
+from . import check, lowering
 from ._common import fail_unless, is_half, opmath, opmath_dtype, upcast, wrap_dim
 from ._dtypes import cast, jax_dtype, promote
 
@@ -624,10 +624,15 @@ _pointwise_loss(
     aten.smooth_l1_loss.default,
     aten.smooth_l1_loss_backward.default,
 )
+
+
+def _huber(x: Any, t: Any, delta: Any) -> Any:
+    check(delta > 0, RuntimeError, "huber_loss does not support non-positive values for delta.")
+    return jnp.where(jnp.abs(x - t) < delta, 0.5 * jnp.square(x - t), delta * (jnp.abs(x - t) - 0.5 * delta))
+
+
 _pointwise_loss(
-    lambda x, t, delta: jnp.where(
-        jnp.abs(x - t) < delta, 0.5 * jnp.square(x - t), delta * (jnp.abs(x - t) - 0.5 * delta)
-    ),
+    _huber,
     lambda x, t, delta: jnp.clip(x - t, -delta, delta),
     aten.huber_loss.default,
     aten.huber_loss_backward.default,

@@ -137,6 +137,11 @@ def mean_all(x: Any, dtype: torch.dtype | None = None) -> Any:
 def _extremum(fn: Callable[..., Any], name: str) -> Callable[..., Any]:
     def lowered(x: Any, dim: Dim = (), keepdim: bool = False) -> Any:
         dims = axes(x.ndim, dim, name)
+        if x.size == 0 and dim in (None, (), []):
+            raise RuntimeError(
+                f"neuron: {name}: Expected reduction dim to be specified for input.numel() == 0. "
+                "Specify the reduction dim with the 'dim' argument."
+            )
         nonempty(x, dims, name)
         return fn(x, axis=dims, keepdims=keepdim)
 

@@ -110,7 +110,7 @@ def _nonempty_dim(x: Any, dim: int, name: str) -> None:
 def kthvalue(x: Any, k: int, dim: int = -1, keepdim: bool = False) -> tuple[Any, Any]:
     size = _size(x, dim, "kthvalue()")
     if not 1 <= k <= size:
-        raise IndexError(f"neuron: kthvalue(): selected number k out of range for dimension {dim} (k={k}, size {size})")
+        raise RuntimeError(f"neuron: kthvalue(): selected number k out of range for dimension {dim}")
     return along(_pick(lambda v, a: jnp.full(v.shape[:a] + v.shape[a + 1 :], k - 1), keepdim), x, dim, "kthvalue()")
 
 
