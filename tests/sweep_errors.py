@@ -7,7 +7,8 @@ Each case runs on CPU first (a case CPU does not reject as declared is skipped),
 with the CPU fallback disabled, its results copied to the host so deferred device-side checks
 are raised. Outcomes: `same` (CPU's exception type and message), `type` (CPU's type, another
 message), `other` (another exception type), `silent` (no exception: a result where CPU refuses),
-`no lowering` (the op has no neuron lowering yet). `--fast` runs the suite's slice (FAST) and
+`no lowering` (the op has no neuron lowering yet), `changed` (it raised, but a tensor of the call
+changed). After each error the device must keep working. `--fast` runs the suite's slice (FAST) and
 fails unless every case there is `same`.
 """
 
@@ -51,6 +52,9 @@ def _outcome(error_input: Any, name: str, opinfo_call: Any) -> tuple[str, str]:
     else:
         return "skip", "CPU raised nothing"
     moved = _on_neuron(name, sample, keep_aliases=True)
+    leaves = tree_leaves((moved.input, moved.args, moved.kwargs))
+    tensors = [t for t in leaves if isinstance(t, torch.Tensor) and t.device.type != "meta"]
+    before = [t.detach().cpu().clone() for t in tensors]
     try:
         out = opinfo_call(moved.input, *moved.args, **moved.kwargs)
         for leaf in tree_leaves(out):
@@ -58,11 +62,24 @@ def _outcome(error_input: Any, name: str, opinfo_call: Any) -> tuple[str, str]:
                 leaf.cpu()
         torch.neuron.synchronize()
     except error_input.error_type as e:
-        return ("same" if re.search(error_input.error_regex, str(e)) else "type"), str(e)[:300]
+        outcome, detail = ("same" if re.search(error_input.error_regex, str(e)) else "type"), str(e)[:300]
     except Exception as e:  # the point is to record what neuron raised
-        text = f"{type(e).__name__}: {str(e)[:300]}"
-        return ("no lowering" if "neuron: no lowering for" in str(e) else "other"), text
-    return "silent", ""
+        outcome = "no lowering" if "neuron: no lowering for" in str(e) else "other"
+        detail = f"{type(e).__name__}: {str(e)[:300]}"
+    else:
+        return "silent", ""
+    # After the error the device keeps working and no tensor of the call changed.
+    changed = [i for i, (t, b) in enumerate(zip(tensors, before)) if not _unchanged(t.detach().cpu(), b)]
+    assert torch.equal((torch.ones(2, device="neuron") + 1).cpu(), torch.full((2,), 2.0)), "the device stopped working"
+    return ("changed", f"tensors {changed} changed by the failed call; {detail}") if changed else (outcome, detail)
+
+
+def _unchanged(now: torch.Tensor, before: torch.Tensor) -> bool:
+    try:
+        torch.testing.assert_close(now, before, rtol=0, atol=0, equal_nan=True)
+    except AssertionError:
+        return False
+    return True
 
 
 def run(names: list[str]) -> list[dict]:
