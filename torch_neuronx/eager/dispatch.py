@@ -24,6 +24,7 @@ from torch._prims_common import is_non_overlapping_and_dense_or_false as is_non_
 
 from .. import ops
 from ..ops import Lowering, is_mutating
+from ..ops._common import scalar_type_name
 from ..ops._dtypes import jax_dtype, torch_dtype
 from ..runtime import checks, native
 from . import metrics
@@ -239,6 +240,12 @@ class OutKernel:
         result = this.twin(**call_kwargs)
         results = result if isinstance(result, (tuple, list)) else (result,)
         for out, value in zip(outs, results):
+            if this.name.split(".")[1] in _EXACT_DTYPE_OUT and value.dtype != out.dtype:
+                got, want = scalar_type_name(value.dtype), scalar_type_name(out.dtype)
+                raise RuntimeError(
+                    f"neuron: {this.name}: Expected the dtype for input and out to match, but got {got} for input's "
+                    f"dtype and {want} for out's dtype."
+                )
             _check_cast(value.dtype, out.dtype, this.name)
             if out.shape != value.shape:
                 out.resize_(value.shape)
@@ -248,6 +255,7 @@ class OutKernel:
 
 # out= ops that refuse an `out` sharing any memory with an input, even exactly (PyTorch's
 # assert_no_overlap); the others refuse only a partial overlap, as TensorIterator does.
+_EXACT_DTYPE_OUT = {"amax", "amin"}  # out= must have the input's dtype, no casting
 _NO_ALIAS_OUT = {"gather", "index_select", "take", "masked_select", "kthvalue", "bernoulli", "take_along_dim"}
 _OVERLAP = (
     "unsupported operation: some elements of the input tensor and the written-to tensor refer to a single memory "

@@ -105,6 +105,11 @@ def fail_unless(ok: bool, op: str, message: str, x: Array | None = None, error: 
         raise error(_context(op, x) + message)
 
 
+def scalar_type_name(dtype: torch.dtype) -> str:
+    """PyTorch's C++ name of `dtype` (Float, Long, BFloat16, ...), as its error messages print it."""
+    return torch.empty(0, dtype=dtype).type().removeprefix("torch.").removesuffix("Tensor")
+
+
 def unsupported(op: str, x: Array, needs: str) -> NoReturn:
     """Reject a dtype the op does not take; `needs` says what it takes."""
     raise RuntimeError(f"neuron: {op} is not supported for {torch_dtype(x)} tensors on the neuron device; {needs}")

@@ -27,9 +27,18 @@ def _check_conv(
     groups: int,
 ) -> None:  # fmt: skip
     """PyTorch's checks of a convolution's arguments (ConvUtils' check_shape_forward), in its order."""
+    fail_unless(w.ndim >= 3, "convolution", "weight should have at least three dimensions", x)
     fail_unless(all(p >= 0 for p in padding), "convolution", "negative padding is not supported", x)
     fail_unless(all(s > 0 for s in stride), "convolution", "non-positive stride is not supported", x)
     fail_unless(all(d > 0 for d in dilation), "convolution", "dilation should be greater than zero", x)
+    if not transposed:
+        fail_unless(
+            w.shape[0] >= groups,
+            "convolution",
+            f"Given groups={groups}, expected weight to be at least {groups} at dimension 0, but got weight of size "
+            f"{list(w.shape)} instead",
+            x,
+        )
     fail_unless(
         x.ndim == w.ndim and x.ndim >= 3,
         "convolution",

@@ -230,7 +230,7 @@ def power(base: Any, exponent: Any) -> Any:
 def neg(x: Any) -> Any:
     if x.dtype == jnp.bool_:
         raise RuntimeError(
-            "neuron: neg: negation, the `-` operator, on a bool tensor is not supported. "
+            "neuron: neg: Negation, the `-` operator, on a bool tensor is not supported. "
             "If you are trying to invert a mask, use the `~` or `logical_not()` operator instead."
         )
     return -x

@@ -113,14 +113,25 @@ def _symmetric(start: Any, end: Any, steps: int, dtype: torch.dtype, opmath: boo
     return jnp.where(index < steps // 2, first, second)
 
 
+def _zero_dim(name: str, start: Any, end: Any) -> None:
+    ranks = [getattr(v, "ndim", 0) for v in (start, end)]
+    if any(ranks):
+        raise RuntimeError(
+            f"{name} only supports 0-dimensional start and end tensors, but got start with {ranks[0]} dimension(s) "
+            f"and end with {ranks[1]} dimension(s)."
+        )
+
+
 @lowering(aten.linspace.default, aten.linspace.Tensor_Tensor, aten.linspace.Tensor_Scalar, aten.linspace.Scalar_Tensor)
 def linspace(start: Any, end: Any, steps: int, dtype: Any = None, *_: Any) -> Any:
+    _zero_dim("linspace", start, end)
     dtype = _default(dtype)
     return cast(_symmetric(start, end, steps, dtype), dtype)
 
 
 @lowering(aten.logspace.default, aten.logspace.Tensor_Tensor, aten.logspace.Tensor_Scalar, aten.logspace.Scalar_Tensor)
 def logspace(start: Any, end: Any, steps: int, base: Any = 10.0, dtype: Any = None, *_: Any) -> Any:
+    _zero_dim("logspace", start, end)
     dtype = _default(dtype)
     if steps == 1:  # PyTorch raises base to the unrounded start
         return cast(jnp.power(jnp.asarray(base, jnp.float64), jnp.asarray(start, jnp.float64)).reshape(1), dtype)
@@ -169,8 +180,10 @@ def scalar_tensor(s: Any, dtype: Any = None, *_: Any) -> Any:
 
 @lowering(aten.eye.m)
 def eye_m(n: int, m: int, dtype: Any = None, *_: Any) -> Any:
-    if n < 0 or m < 0:
-        raise RuntimeError(f"n must be greater or equal to 0, got {min(n, m)}")
+    if n < 0:
+        raise RuntimeError(f"n must be greater or equal to 0, got {n}")
+    if m < 0:
+        raise RuntimeError(f"m must be greater or equal to 0, got {m}")
     return jnp.eye(n, m, dtype=jax_dtype(_default(dtype)))
 
 

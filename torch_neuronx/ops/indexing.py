@@ -44,7 +44,9 @@ def _is_mask(index: Any) -> bool:
 def _same_dtype(name: str, self: Any, other: Any, what: str = "source") -> None:
     if self.dtype != other.dtype:
         raise RuntimeError(
-            f"{name}: self ({torch_dtype(self)}) and {what} ({torch_dtype(other)}) must have the same scalar type"
+            f"{name}(): Expected self.dtype to be equal to {what}.dtype"
+            if what == "src"
+            else f"{name}: self ({torch_dtype(self)}) and {what} ({torch_dtype(other)}) must have the same scalar type"
         )
 
 
@@ -196,7 +198,10 @@ def _as_1d(x: Any) -> Any:
 
 def _check_gather_shapes(name: str, self: Any, index: Any, dim: int, other: Any = None) -> None:
     if max(index.ndim, 1) != max(self.ndim, 1):
-        raise RuntimeError(f"{name}: Index tensor must have the same number of dimensions as input tensor")
+        what = "input" if other is None and name.startswith("gather") else "self"
+        raise RuntimeError(f"{name}: Index tensor must have the same number of dimensions as {what} tensor")
+    if other is not None and max(index.ndim, 1) != max(other.ndim, 1):
+        raise RuntimeError(f"{name}: Index tensor must have the same number of dimensions as src tensor")
     for d in range(index.ndim):
         if d != dim and index.shape[d] > _as_1d(self).shape[d]:
             raise RuntimeError(

@@ -168,6 +168,10 @@ def addmv(x: Any, a: Any, v: Any, beta: Any = 1, alpha: Any = 1) -> Any:
 def _check_dot(name: str, a: Any, b: Any) -> None:
     if a.ndim != 1 or b.ndim != 1:
         raise RuntimeError(f"neuron: {name}: 1D tensors expected, but got {a.ndim}D and {b.ndim}D tensors")
+    if a.dtype != b.dtype:
+        raise RuntimeError(
+            f"neuron: dot : expected both vectors to have same dtype, but found {torch_dtype(a)} and {torch_dtype(b)}"
+        )
     if a.shape != b.shape:
         raise RuntimeError(
             f"neuron: {name}: inconsistent tensor size, expected tensor [{a.shape[0]}] and src [{b.shape[0]}] "

@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import torch
 
 from . import lowering
-from ._common import accumulate, wrap_dim
+from ._common import accumulate, scalar_type_name, wrap_dim
 from ._dtypes import cast, torch_dtype
 
 aten = torch.ops.aten
@@ -53,9 +53,10 @@ def floating(x: Any, dtype: torch.dtype | None, name: str) -> torch.dtype:
     """Result dtype of an op that needs a floating input (mean, var, norms)."""
     result = dtype if dtype is not None else torch_dtype(x)
     if not (result.is_floating_point or result.is_complex):
+        which = "Input" if dtype is None else "Optional"
         raise RuntimeError(
-            f"neuron: {name}: could not infer output dtype. Input dtype must be either a floating point "
-            f"or complex dtype. Got: {result}"
+            f"neuron: {name}: could not infer output dtype. {which} dtype must be either a floating point "
+            f"or complex dtype. Got: {scalar_type_name(result)}"
         )
     return result
 

@@ -186,6 +186,8 @@ def flip(self: Any, dims: list) -> Any:
 
 @lowering(aten.roll.default)
 def roll(self: Any, shifts: list, dims: list = ()) -> Any:
+    if not shifts:
+        raise RuntimeError("`shifts` required")
     if not dims:
         if len(shifts) != 1:
             raise RuntimeError(f"roll: shifts must be a single value when dims is empty, got {list(shifts)}")
