@@ -102,3 +102,32 @@ def test_the_debug_directory_turns_it_off(tmp_path: Path, monkeypatch: pytest.Mo
     assert not executable_store.enabled()
     monkeypatch.delenv("TORCH_NEURONX_DEBUG_DIR")
     assert executable_store.enabled()
+
+
+_LAPACK = """
+import json, torch, torch_neuronx
+a = torch.tensor([[4.0, 2.0], [2.0, 3.0]])
+print(json.dumps({"l": torch.linalg.cholesky(a.to("neuron")).cpu().tolist(),
+                  "loaded": torch_neuronx.metrics()["executables_loaded"]}))
+"""
+
+
+def test_a_loaded_executable_that_calls_lapack_runs_first_thing(tmp_path: Path) -> None:
+    """A warm process whose first op is a stored LAPACK-backed executable (cholesky): jaxlib binds
+    its LAPACK kernels only when it lowers such an op, so loading must bind them first."""
+
+    def run() -> dict:
+        out = subprocess.run(
+            [sys.executable, "-c", _LAPACK],
+            env={**os.environ, "TORCH_NEURONX_CACHE_DIR": str(tmp_path)},
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert out.returncode == 0, out.stderr[-3000:]
+        return json.loads(out.stdout.strip().splitlines()[-1])
+
+    expected = torch.linalg.cholesky(torch.tensor([[4.0, 2.0], [2.0, 3.0]])).tolist()
+    cold, warm = run(), run()
+    assert cold["loaded"] == 0 and warm["loaded"] >= 1
+    torch.testing.assert_close(torch.tensor(warm["l"]), torch.tensor(expected))

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import jax
+from jax._src.lax import linalg
 from jax.experimental import serialize_executable
 
 from ..runtime.debug import debug_dir, log
@@ -95,6 +96,7 @@ def load(signature: str) -> tuple[Any, Any] | None:
         stored, payload, in_tree, out_tree, meta = pickle.loads(_path(signature).read_bytes())
         if stored != signature:
             return None
+        _custom_calls_ready()
         compiled = serialize_executable.deserialize_and_load(payload, in_tree, out_tree, execution_devices=[device()])
     except FileNotFoundError:
         return None
@@ -102,6 +104,14 @@ def load(signature: str) -> tuple[Any, Any] | None:
         log.debug("executable store: ignoring the entry for %s (%s)", signature, error)
         return None
     return compiled, meta
+
+
+@functools.cache
+def _custom_calls_ready() -> None:
+    """Bind jaxlib's LAPACK kernels, as JAX's own deserialization does (`jax.export`): a process
+    binds them when it first lowers a linear-algebra op, and a loaded executable that calls
+    them (cholesky, eigh, qr, ...) before that would jump to an unbound kernel."""
+    linalg.initialize_lapack()
 
 
 def save(signature: str, compiled: Any, meta: Any) -> None:
