@@ -228,19 +228,21 @@ class OutKernel:
         own_names = {a.name for a in op._schema.arguments}
         self.takes_dtype = "dtype" in twin_names and "dtype" not in own_names
         self.input_names = [op._schema.arguments[i].name for i in self.inputs]
+        base = op._schema.name.removeprefix("aten::")
+        self.exact_dtype, self.exact_alias_ok = base in _EXACT_DTYPE_OUT, base not in _NO_ALIAS_OUT
         self.twin = kernel_for(twin)
 
     def __call__(this, *args: Any, **kwargs: Any) -> Any:  # noqa: N805 - `self` is an ATen argument name
         values = this.bind(args, kwargs)
         outs = [values[i] for i in this.outs]
         call_kwargs = {n: values[i] for n, i in zip(this.input_names, this.inputs)}
-        _check_overlap(this.name, outs, [v for i in this.inputs for v in _tensors(values[i])])
+        _check_overlap(this.name, outs, [v for i in this.inputs for v in _tensors(values[i])], this.exact_alias_ok)
         if this.takes_dtype:
             call_kwargs["dtype"] = outs[0].dtype
         result = this.twin(**call_kwargs)
         results = result if isinstance(result, (tuple, list)) else (result,)
         for out, value in zip(outs, results):
-            if this.name.split(".")[1] in _EXACT_DTYPE_OUT and value.dtype != out.dtype:
+            if this.exact_dtype and value.dtype != out.dtype:
                 got, want = scalar_type_name(value.dtype), scalar_type_name(out.dtype)
                 raise RuntimeError(
                     f"neuron: {this.name}: Expected the dtype for input and out to match, but got {got} for input's "
@@ -253,16 +255,14 @@ class OutKernel:
         return outs[0] if len(outs) == 1 else tuple(outs)
 
 
+_EXACT_DTYPE_OUT = {"amax", "amin"}  # out= must have the input's dtype, no casting
 # out= ops that refuse an `out` sharing any memory with an input, even exactly (PyTorch's
 # assert_no_overlap); the others refuse only a partial overlap, as TensorIterator does.
-_EXACT_DTYPE_OUT = {"amax", "amin"}  # out= must have the input's dtype, no casting
 _NO_ALIAS_OUT = {"gather", "index_select", "take", "masked_select", "kthvalue", "bernoulli", "take_along_dim"}
 _OVERLAP = (
     "unsupported operation: some elements of the input tensor and the written-to tensor refer to a single memory "
     "location. Please clone() the tensor before performing the operation."
 )
-
-
 _INTERNAL_OVERLAP = (
     "unsupported operation: more than one element of the written-to tensor refers to a single memory location. "
     "Please clone() the tensor before performing the operation."
@@ -275,11 +275,10 @@ def _tensors(value: Any) -> list[torch.Tensor]:
     return [v for v in value if isinstance(v, torch.Tensor)] if isinstance(value, (list, tuple)) else []
 
 
-def _check_overlap(name: str, outs: list[torch.Tensor], inputs: list[torch.Tensor]) -> None:
+def _check_overlap(name: str, outs: list[torch.Tensor], inputs: list[torch.Tensor], exact_ok: bool) -> None:
     """PyTorch's memory-overlap rules for `out=` (at::has_internal_overlap, get_overlap_status):
     an `out` may not write one element twice (a stride-0 dim) nor partially overlap an input;
-    for the ops in _NO_ALIAS_OUT, not even exactly."""
-    exact_ok = name.split(".")[1] not in _NO_ALIAS_OUT
+    nor overlap it exactly unless `exact_ok`."""
     for out in outs:
         if any(stride == 0 and size > 1 for size, stride in zip(out.shape, out.stride())):
             raise RuntimeError(f"neuron: {name}: {_INTERNAL_OVERLAP}")
@@ -300,12 +299,10 @@ def _overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
 
 
 def _same_memory(a: torch.Tensor, b: torch.Tensor) -> bool:
-    return (a.storage_offset() * a.element_size(), a.shape, a.stride(), a.element_size()) == (
-        b.storage_offset() * b.element_size(),
-        b.shape,
-        b.stride(),
-        b.element_size(),
-    )
+    def layout(t: torch.Tensor) -> tuple:
+        return t.storage_offset() * t.element_size(), t.shape, t.stride(), t.element_size()
+
+    return layout(a) == layout(b)
 
 
 def _decompositions() -> dict:

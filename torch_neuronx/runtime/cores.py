@@ -24,9 +24,8 @@ LARGE_FLOPS = 2e9
 LARGE_BYTES = 2e8
 
 
-def large(cost: dict[str, float] | list | None) -> bool:
+def large(cost: dict[str, float] | None) -> bool:
     """Whether an executable with XLA's `cost_analysis()` of `cost` counts as large."""
-    cost = (cost[0] if cost else None) if isinstance(cost, list) else cost
     cost = cost or {}
     return cost.get("flops", 0.0) >= LARGE_FLOPS or cost.get("bytes accessed", 0.0) >= LARGE_BYTES
 
@@ -53,8 +52,6 @@ class XlaThreads:
     def spread_until_ready(self, results: Any, wait: Callable[[Any], Any]) -> None:
         """A large executable was enqueued with `results`: XLA's threads use every core until
         `wait(results)` returns (on the waiter thread)."""
-        if self.narrow == self.wide:
-            return
         with self.lock:
             self.in_flight += 1
             if self.in_flight == 1:
