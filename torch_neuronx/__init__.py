@@ -45,3 +45,13 @@ def reset_metrics() -> None:
 
 configure_logging()
 register()
+
+
+def __getattr__(name: str) -> Any:
+    """`torch_neuronx.custom_op` and `pallas_interpret` (`library.py`), imported on first use:
+    they need JAX, which `import torch` must not load."""
+    if name in ("custom_op", "pallas_interpret"):
+        from . import library
+
+        return getattr(library, name)
+    raise AttributeError(f"module 'torch_neuronx' has no attribute {name!r}")

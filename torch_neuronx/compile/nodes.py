@@ -18,6 +18,7 @@ from typing import Any
 
 import jax.numpy as jnp
 import torch
+from torch._higher_order_ops.auto_functionalize import AsStridedViewInfo, read_view_information_from_args
 from torch.fx import Node
 from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 
@@ -25,11 +26,12 @@ from .. import ops
 from ..eager.arguments import STATIC, ArgumentPlan
 from ..eager.storage_io import DYNAMIC_SCALARS, typed
 from ..ops._dtypes import torch_dtype
-from ..ops.geometry import Geometry, read
+from ..ops.geometry import Geometry, read, write
 
 aten = torch.ops.aten
 OpOverload = torch._ops.OpOverload
 _AS_STRIDED = {aten.as_strided.default}
+_AUTO_FUNCTIONALIZED = torch.ops.higher_order.auto_functionalized_v2
 _SIZE_QUERIES: dict[Any, Callable[..., Any]] = {
     aten.sym_size.int: lambda x, dim: x.shape[dim],
     aten.sym_numel.default: lambda x: x.size,
@@ -116,6 +118,8 @@ def _rule(node: Node) -> Rule | str:
         return Rule(lambda args, kwargs: args[0][args[1]])
     if free_unbacked_symbols(node.meta.get("val")):
         return "has a data-dependent output shape"
+    if target is _AUTO_FUNCTIONALIZED:
+        return _auto_functionalized(node)
     if not isinstance(target, OpOverload):
         if any(isinstance(v, torch.Tensor) for v in _values(node)) or tensor_args(node):
             return f"{target} is not an ATen op"
@@ -145,12 +149,19 @@ def _tensor_values(node: Node) -> list[torch.Tensor]:
 
 def _lowered(node: Node, op: OpOverload, lowering: ops.Lowering) -> Rule | str:
     arguments = ArgumentPlan(op, lowering)  # binds and classifies arguments as eager does
-    bind, kinds, fn = arguments.bind, arguments.kinds, lowering.fn
+    bind, fn = arguments.bind, lowering.fn
     for index in arguments.mutated:
         value = bind(node.args, node.kwargs)[index]
         written = value if isinstance(value, (list, tuple)) else [value]
         if any(isinstance(w, Node) and w.op != "placeholder" for w in written):
             return "mutates a value computed inside the graph"
+
+    return Rule(_call(arguments, fn), random=lowering.random, mutated=arguments.mutated, arguments=arguments)
+
+
+def _call(arguments: ArgumentPlan, fn: Callable[..., Any]) -> Callable[..., Any]:
+    """`fn` called with a node's resolved (args, kwargs[, key]) bound as the eager kernel binds them."""
+    bind, kinds = arguments.bind, arguments.kinds
 
     def run(args: tuple, kwargs: dict, key: Any = None) -> Any:
         values = bind(args, kwargs)
@@ -159,7 +170,55 @@ def _lowered(node: Node, op: OpOverload, lowering: ops.Lowering) -> Rule | str:
                 values[i] = [_weak(x) for x in v] if isinstance(v, (list, tuple)) else _weak(v)
         return fn(*values) if key is None else fn(*values, key=key)
 
-    return Rule(run, random=lowering.random, mutated=arguments.mutated, arguments=arguments)
+    return run
+
+
+def _auto_functionalized(node: Node) -> Rule | str:
+    """A mutating op (a custom op's) as AOTAutograd functionalizes it: each mutated argument a
+    view regenerated from one of `_all_bases`, the op's lowering, its new values written into
+    the bases through the same geometry; the node's value is (outputs..., new bases), as
+    torch's own `auto_functionalized_v2` kernel returns."""
+    op = node.args[0]
+    lowering = ops.load().get(op)
+    if lowering is None:
+        return f"{op} has no lowering"
+    arguments = ArgumentPlan(op, lowering)
+    mutable = [op._schema.arguments[i] for i in arguments.mutated]
+    bases = [base.meta["val"] for base in node.kwargs["_all_bases"]]
+    names = dict(node.kwargs)
+    views = read_view_information_from_args([a.name for a in mutable], [a.type for a in mutable], names, bases)
+    infos = [i for v in views.values() for i in (v if isinstance(v, list) else [v]) if i is not None]
+    if any(isinstance(i, AsStridedViewInfo) and not _dense_from_start(bases[i.base_index]) for i in infos):
+        return "writes an as_strided view of a base that is not contiguous"
+    metas = [torch.empty(b.shape, dtype=b.dtype, device="meta") for b in bases]
+    geometry = {id(i): _geometry(i.regenerate_view(metas)) for i in infos}
+    names = [name for name in names if name != "_all_bases"]
+    call_op = _call(arguments, lowering.fn)
+
+    def run(args: tuple, kwargs: dict) -> Any:
+        flats = [b.reshape(-1) for b in kwargs["_all_bases"]]
+
+        def view(info: Any) -> Any:
+            return None if info is None else read(flats[info.base_index], geometry[id(info)])
+
+        call = {name: kwargs[name] for name in names}
+        call.update({n: [view(i) for i in v] if isinstance(v, list) else view(v) for n, v in views.items()})
+        result = call_op((), call)
+        pairs, fresh = arguments.mutations(result, arguments.bind((), {**call, **views}))
+        for info, value in pairs:
+            flats[info.base_index] = write(flats[info.base_index], geometry[id(info)], value)
+        outputs = [] if fresh is None else list(fresh) if isinstance(fresh, tuple) else [fresh]
+        return (*outputs, *(f.reshape(b.shape) for f, b in zip(flats, kwargs["_all_bases"])))
+
+    return Rule(run)
+
+
+def _dense_from_start(t: torch.Tensor) -> bool:
+    return t.is_contiguous() and t.storage_offset() == 0
+
+
+def _geometry(view: torch.Tensor) -> Geometry:
+    return Geometry(tuple(view.shape), tuple(view.stride()), view.storage_offset())
 
 
 def _weak(v: Any) -> Any:

@@ -236,7 +236,7 @@ class Kernel(ArgumentPlan):
     def _signature(self, key: tuple) -> str | None:
         """What names this kernel's executable for `key` across processes (the store's key), or
         None where part of the key is named by object identity and so never recurs."""
-        if not executable_store.enabled():
+        if not (executable_store.enabled() and self.lowering.storable):
             return None
         fn = self.lowering.fn
         signature = f"{self.name}|{fn.__module__}.{fn.__qualname__}|{key!r}"

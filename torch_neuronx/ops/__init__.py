@@ -52,6 +52,9 @@ class Lowering:
     # PyTorch's sense; for ops whose outputs depend on the input layout (`_linalg_det` returns
     # the LU of A^T for a contiguous A, and its backward relies on that)
     layout: bool = False
+    # whether the executable store may keep its executables across processes: only where this
+    # package's sources (part of the store's fingerprint) fix the function, not for custom ops
+    storable: bool = True
 
 
 LOWERINGS: dict[OpOverload, Lowering] = {}
