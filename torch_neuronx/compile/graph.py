@@ -24,10 +24,10 @@ import torch
 from torch.fx import GraphModule, Node
 
 from ..eager.arguments import Binder
-from ..runtime.debug import dump_graph
+from ..runtime.debug import dump_graph, log
 from . import counters
 from .executable import Executable, LoweringError
-from .nodes import Rule, is_view, rule_for, scalar_rule
+from .nodes import OWN_KERNEL, Rule, is_view, rule_for, scalar_rule
 
 _warned: set[str] = set()
 _reinterpret = torch._C._dynamo.guards._reinterpret_tensor
@@ -85,9 +85,10 @@ class CompiledGraph:
         self.view_outputs = [node for node in self.tail if node in outputs]
         self.eager: set[Node] = set()
         missing = [n for n in self.body if isinstance(self.rules[n], str)]
-        if missing and not fallback:
-            others = sorted({str(n.target) for n in missing[1:]} - {str(missing[0].target)})
-            raise NeuronCompileError(_refusal(self.name, missing[0], self.rules[missing[0]], others))
+        refused = [n for n in missing if self.rules[n] != OWN_KERNEL]
+        if refused and not fallback:
+            others = sorted({str(n.target) for n in refused[1:]} - {str(refused[0].target)})
+            raise NeuronCompileError(_refusal(self.name, refused[0], self.rules[refused[0]], others))
         for node in missing:
             self._demote(node, self.rules[node])
         self.host = self._kept_on_host()
@@ -136,7 +137,12 @@ class CompiledGraph:
         self.eager.add(node)
         self.eager.update(u for u in node.users if u.target is operator.getitem)
         counters.eager_nodes[name] += 1
-        if name not in _warned:
+        if name not in _warned and reason == OWN_KERNEL:
+            _warned.add(name)
+            log.info(
+                "neuron compile: %s %s; torch_neuronx.custom_op with a JAX body compiles into the graph", name, reason
+            )
+        elif name not in _warned:
             _warned.add(name)
             warnings.warn(
                 f"neuron compile: {name} {reason}; the graph is split there and the node runs eagerly "

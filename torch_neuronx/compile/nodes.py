@@ -32,6 +32,9 @@ aten = torch.ops.aten
 OpOverload = torch._ops.OpOverload
 _AS_STRIDED = {aten.as_strided.default}
 _AUTO_FUNCTIONALIZED = torch.ops.higher_order.auto_functionalized_v2
+# A custom op with a neuron kernel of its own (`register_kernel(..., "neuron")`) and no JAX body:
+# that kernel is its implementation, so it runs between compiled regions, never an error.
+OWN_KERNEL = "runs its own neuron kernel (register_kernel) between compiled regions"
 _SIZE_QUERIES: dict[Any, Callable[..., Any]] = {
     aten.sym_size.int: lambda x, dim: x.shape[dim],
     aten.sym_numel.default: lambda x: x.size,
@@ -132,6 +135,8 @@ def _rule(node: Node) -> Rule | str:
         return _lowered(node, target, lowering)
     if is_view(target):
         return _view(node, target)
+    if torch._C._dispatch_has_kernel_for_dispatch_key(target.name(), "PrivateUse1"):
+        return OWN_KERNEL
     return "has no lowering"
 
 
