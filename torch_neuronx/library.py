@@ -30,6 +30,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import torch
+from torch._library.autograd import make_autograd_impl
 from torch.utils._pytree import tree_leaves, tree_map
 
 from . import ops
@@ -37,7 +38,7 @@ from .eager.arguments import OPT_TENSOR, SCALAR, STATIC, TENSOR, TENSOR_LIST, Ar
 from .eager.storage_io import DYNAMIC_SCALARS
 from .eager.tensor import to_numpy
 from .ops._dtypes import TO_TORCH, jax_dtype
-from .runtime import platform
+from .runtime import native, platform
 
 _TRACED = object()  # marks an argument the function receives traced (jax array or scalar)
 _SAVED = object()  # marks a tensor argument kept for the backward by `save_for_backward`
@@ -82,6 +83,8 @@ def _define(name: str, fn: Callable[..., Any], mutates: tuple[str, ...], schema:
     opdef = torch.library.custom_op(name, on_cpu, mutates_args=mutates, device_types="cpu", schema=schema)
     jax_op = JaxOp(opdef._opoverload, fn, mutates)
     opdef.register_fake(jax_op.fake)
+    if native.module() is not None:  # a call on neuron that records no gradient skips the Python autograd kernel
+        native.module().register_autograd(opdef._namespace, opdef._name, make_autograd_impl(opdef._opoverload, opdef))
     return opdef, jax_op
 
 

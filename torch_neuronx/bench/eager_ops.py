@@ -3,10 +3,13 @@
 Each op's neuron and CPU timings alternate over rounds and the figures are medians, so both meet
 the same drift of a noisy host; compare the ratio columns. The first row is the floor a
 neuron op stands on: a cached bare `jax.jit` of the same add on the same device, timed alike.
+The "add (custom op)" row is the same add as a `torch_neuronx.custom_op` with a JAX body, next
+to PyTorch CPU's built-in add: a custom op should cost what a built-in op of its arity costs.
 """
 
 from __future__ import annotations
 
+import functools
 import statistics
 import time
 from collections.abc import Callable
@@ -14,6 +17,8 @@ from functools import partial
 from typing import Any
 
 import torch
+
+from .. import library
 
 OPS: dict[str, Callable[[torch.Tensor, torch.Tensor], Any]] = {
     "add": lambda a, b: a + b,
@@ -75,6 +80,14 @@ def _bare_jax_add(n: int) -> tuple[Callable[[], Any], Callable[[], None]]:
     return run, lambda: last[0].block_until_ready()
 
 
+@functools.cache
+def _custom_add() -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
+    def add(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return a + b
+
+    return library.custom_op("torchneuron_bench::add", add, mutates_args=())
+
+
 def op_table(sizes: tuple[int, ...] = (64, 1024), rounds: int = 15) -> list[dict[str, Any]]:
     """Per-op steady-state microseconds on neuron and CPU for square float32 inputs."""
     rows = []
@@ -86,6 +99,9 @@ def op_table(sizes: tuple[int, ...] = (64, 1024), rounds: int = 15) -> list[dict
         pairs = {"jax.jit add (bare)": (bare, partial(OPS["add"], a_cpu, b_cpu), bare_sync)}
         for name, op in OPS.items():
             pairs[name] = (partial(op, a_dev, b_dev), partial(op, a_cpu, b_cpu), torch.neuron.synchronize)
+            if name == "add":
+                custom = partial(_custom_add(), a_dev, b_dev)
+                pairs["add (custom op)"] = (custom, partial(op, a_cpu, b_cpu), torch.neuron.synchronize)
         for name, (dev_op, cpu_op, sync) in pairs.items():
             dev, cpu = _paired(dev_op, cpu_op, sync, rounds, number)
             rows.append({"op": name, "size": f"{n}x{n}", "neuron_us": dev, "cpu_us": cpu, "ratio": dev / cpu})

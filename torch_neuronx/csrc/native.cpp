@@ -13,8 +13,11 @@
 // runs the Python dispatcher; a lowering kernel then `remember`s its executable under the key
 // computed here, so the next such call hits. Everything runs holding the GIL.
 
+#include <ATen/core/LegacyTypeDispatch.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/stack.h>
+#include <c10/core/DispatchKeySet.h>
+#include <c10/core/GradMode.h>
 #include <c10/core/StorageImpl.h>
 #include <c10/core/TensorImpl.h>
 #include <c10/util/Exception.h>
@@ -528,10 +531,9 @@ py::object argument_to_python(const c10::Argument& arg, const c10::IValue& value
   return torch::jit::toPyObject(value);
 }
 
-// Run the call in Python as the Python fallback would: arguments left at their defaults are
-// left out (trailing positional ones, and keyword-only ones).
-void run_python(const c10::OperatorHandle& op, OpRecord& rec, torch::jit::Stack* stack) {
-  const auto& schema = op.schema();
+// The call's arguments as the Python fallback passes them: arguments left at their defaults are
+// left out (trailing positional ones, and keyword-only ones). Pops them off the stack.
+std::pair<py::list, py::dict> python_arguments(const c10::FunctionSchema& schema, torch::jit::Stack* stack) {
   const auto& arguments = schema.arguments();
   size_t n = arguments.size();
   auto values = torch::jit::last(*stack, n);
@@ -545,12 +547,14 @@ void run_python(const c10::OperatorHandle& op, OpRecord& rec, torch::jit::Stack*
   while (positional_end > 0 && is_default(positional_end - 1)) --positional_end;
   py::list args;
   py::dict kwargs;
-  args.append(rec.overload);
   for (size_t i = 0; i < positional_end; ++i) args.append(argument_to_python(arguments[i], values[i]));
   for (size_t i = keyword_start; i < n; ++i)
     if (!is_default(i)) kwargs[arguments[i].name().c_str()] = argument_to_python(arguments[i], values[i]);
   torch::jit::drop(*stack, n);
-  py::object result = config_->dispatch(*py::tuple(args), **kwargs);
+  return {std::move(args), std::move(kwargs)};
+}
+
+void push_results(const c10::FunctionSchema& schema, const py::object& result, torch::jit::Stack* stack) {
   const auto& returns = schema.returns();
   if (returns.size() == 1) {
     stack->push_back(torch::jit::toIValue(result, returns[0].real_type()));
@@ -559,6 +563,55 @@ void run_python(const c10::OperatorHandle& op, OpRecord& rec, torch::jit::Stack*
     for (size_t i = 0; i < returns.size(); ++i)
       stack->push_back(torch::jit::toIValue(items[i], returns[i].real_type()));
   }
+}
+
+// Run the call in Python, through the dispatch function `configure` gave.
+void run_python(const c10::OperatorHandle& op, OpRecord& rec, torch::jit::Stack* stack) {
+  auto [args, kwargs] = python_arguments(op.schema(), stack);
+  args.insert(0, rec.overload);
+  push_results(op.schema(), config_->dispatch(*py::tuple(args), **kwargs), stack);
+}
+
+// Custom ops' autograd (`torch_neuronx.custom_op`): their autograd kernel is Python. On neuron a
+// call that records no gradient goes below autograd here, as a built-in op's does; one that
+// records runs that Python kernel, `autograd_impl(keyset, *args, **keyword_only_args)`.
+auto& autograd_kernels_ = *new std::unordered_map<const c10::FunctionSchema*, py::object>();
+
+bool records_gradient(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  if (!c10::GradMode::is_enabled()) return false;
+  for (const auto& v : torch::jit::last(*stack, op.schema().arguments().size())) {
+    if (v.isTensor() && v.toTensor().requires_grad()) return true;
+    if (v.isTensorList())
+      for (const auto& t : v.toTensorList())
+        if (static_cast<at::Tensor>(t).requires_grad()) return true;
+    if (v.isList())
+      for (const auto& item : v.toListRef())
+        if (item.isTensor() && item.toTensor().requires_grad()) return true;
+  }
+  return false;
+}
+
+void autograd_kernel(const c10::OperatorHandle& op, c10::DispatchKeySet keys, torch::jit::Stack* stack) {
+  if (!records_gradient(op, stack)) {
+    at::AutoDispatchBelowAutograd below;
+    op.redispatchBoxed(keys & c10::after_autograd_keyset, stack);
+    return;
+  }
+  py::gil_scoped_acquire gil;
+  auto [args, kwargs] = python_arguments(op.schema(), stack);
+  args.insert(0, py::cast(keys));
+  push_results(op.schema(), autograd_kernels_.at(&op.schema())(*py::tuple(args), **kwargs), stack);
+}
+
+auto& libraries_ = *new std::vector<std::unique_ptr<torch::Library>>();
+
+void register_autograd(const std::string& ns, const std::string& name, py::object kernel) {
+  auto lib = std::make_unique<torch::Library>(torch::Library::IMPL, ns, c10::DispatchKey::AutogradPrivateUse1,
+                                              __FILE__, __LINE__);
+  lib->impl(name.c_str(), torch::CppFunction::makeFromBoxedFunction<&autograd_kernel>());
+  auto handle = c10::Dispatcher::singleton().findSchemaOrThrow((ns + "::" + name).c_str(), "");
+  autograd_kernels_[&handle.schema()] = std::move(kernel);
+  libraries_.push_back(std::move(lib));
 }
 
 void launch(OpRecord& rec, Entry& entry, Inputs& in, torch::jit::Stack* stack, size_t n) {
@@ -675,8 +728,6 @@ void neuron_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   }
   run_python(op, rec, stack);
 }
-
-auto& libraries_ = *new std::vector<std::unique_ptr<torch::Library>>();
 
 void register_kernels(const std::vector<std::string>& names, bool fallback) {
   if (fallback) {
@@ -813,6 +864,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     return tensor_on_new_storage(shape, scalar_type_of(dtype), strides, nbytes, std::move(buffer));
   });
   m.def("register_kernels", &register_kernels, py::arg("names"), py::arg("fallback"));
+  m.def("register_autograd", &register_autograd, py::arg("namespace"), py::arg("name"), py::arg("kernel"));
   m.def("remember", &remember);
   m.def("forget", &forget);
   m.def("hit_counts", &hit_counts);
