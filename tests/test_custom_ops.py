@@ -267,3 +267,11 @@ def test_jax_body_may_use_any_jax() -> None:
     x = torch.randn(4, 10)
     values, indices = torch.softmax(x, -1).topk(3)
     assert_same([values, indices], list(softmax_top(x.to("neuron"), 3)))
+
+
+def test_docs_kernels_snippets_run() -> None:
+    """Every Python snippet of docs/kernels.md runs, in order, in one fresh process."""
+    text = (ROOT / "docs" / "kernels.md").read_text()
+    snippets = [block.split("```", 1)[0] for block in text.split("```python\n")[1:]]
+    assert len(snippets) >= 3
+    subprocess.run([sys.executable, "-c", "\n".join(snippets)], check=True, capture_output=True, text=True)
