@@ -275,3 +275,39 @@ def test_docs_kernels_snippets_run() -> None:
     snippets = [block.split("```", 1)[0] for block in text.split("```python\n")[1:]]
     assert len(snippets) >= 3
     subprocess.run([sys.executable, "-c", "\n".join(snippets)], check=True, capture_output=True, text=True)
+
+
+def test_register_autograd_replaces_the_derived_backward() -> None:
+    @torch_neuronx.custom_op("tests::clip_grad_identity", mutates_args=())
+    def clip(x: torch.Tensor) -> torch.Tensor:
+        return jnp.clip(x, -1.0, 1.0)
+
+    clip.register_autograd(lambda ctx, grad: grad, setup_context=lambda ctx, inputs, output: None)  # straight-through
+    x = torch.tensor([-3.0, 0.5, 2.0], device="neuron", requires_grad=True)
+    clip(x).sum().backward()
+    assert_same(torch.ones(3), x.grad)
+
+
+def test_tensor_lists_optional_tensors_and_integer_outputs() -> None:
+    @torch_neuronx.custom_op("tests::weighted_sum", mutates_args=())
+    def weighted_sum(
+        xs: list[torch.Tensor], weight: torch.Tensor | None, scale: float
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        total = sum(xs) * scale
+        if weight is not None:
+            total = total * weight
+        return total, jnp.argmax(total, axis=-1)
+
+    xs = [torch.randn(3, 5) for _ in range(3)]
+    weight = torch.randn(5)
+    cpu = [x.clone().requires_grad_() for x in xs]
+    dev = [x.to("neuron").requires_grad_() for x in xs]
+    expected = sum(cpu) * 0.5 * weight
+    got, index = weighted_sum(dev, weight.to("neuron"), 0.5)
+    assert_same([expected.detach(), expected.argmax(-1)], [got.detach(), index])
+    expected.square().sum().backward()
+    got.square().sum().backward()
+    for c, d in zip(cpu, dev):
+        assert_same(c.grad, d.grad)
+    unweighted, _ = weighted_sum(to("neuron", xs), None, 2.0)
+    assert_same(sum(xs) * 2.0, unweighted)
