@@ -34,7 +34,7 @@ from torch._library.autograd import make_autograd_impl
 from torch.utils._pytree import tree_leaves, tree_map
 
 from . import ops
-from .eager.arguments import OPT_TENSOR, SCALAR, STATIC, TENSOR, TENSOR_LIST, ArgumentPlan
+from .eager.arguments import OPT_TENSOR, SCALAR, TENSOR, TENSOR_LIST, ArgumentPlan
 from .eager.storage_io import DYNAMIC_SCALARS
 from .eager.tensor import to_numpy
 from .ops._dtypes import TO_TORCH, jax_dtype
@@ -143,14 +143,14 @@ class JaxOp:
                 statics.append(_TRACED)
                 traced.append(v)
             else:
-                statics.append(("list", tuple(v)) if kind == STATIC and isinstance(v, list) else v)
+                statics.append(_StaticList(v) if isinstance(v, list) else v)
         return run(self._with_statics(tuple(statics)), *traced)
 
     @functools.lru_cache(maxsize=256)  # noqa: B019 - one per op, alive as long as the op
     def _with_statics(self, statics: tuple) -> Callable[..., Any]:
         def fn(*traced: Any) -> Any:
             pending = iter(traced)
-            args = [next(pending) if s is _TRACED else _static(s) for s in statics]
+            args = [next(pending) if s is _TRACED else list(s) if isinstance(s, _StaticList) else s for s in statics]
             return self.lowering(*args)
 
         return fn
@@ -180,8 +180,8 @@ class JaxOp:
         return tree_map(lambda s: torch.empty(s.shape, dtype=TO_TORCH[s.dtype], device=where), fresh)
 
 
-def _static(value: Any) -> Any:
-    return list(value[1]) if isinstance(value, tuple) and len(value) == 2 and value[0] == "list" else value
+class _StaticList(tuple):
+    """A static list argument, hashable for the cache; the function receives it as a list."""
 
 
 def _array(t: torch.Tensor) -> Any:
