@@ -16,7 +16,7 @@ import torch
 from torch.utils.backend_registration import _setup_privateuseone_for_python_backend
 
 from . import _autocast, device, pinned, storage
-from .runtime import native
+from .runtime import native, profiler
 
 _done = False
 _libraries: list[torch.library.Library] = []
@@ -62,6 +62,7 @@ def _kernel_for(op: torch._ops.OpOverload) -> Any:
                 library._destroy()
             _python_kernels.clear()
             native.module().register_kernels(_overridden(), fallback=True)
+            profiler.register()
     _kernels = dispatch.KERNELS
     return dispatch.kernel_for(op)
 
@@ -113,6 +114,8 @@ def register() -> None:
     from .compile.registration import install
 
     install()  # torch.compile(backend="neuron"), without importing torch._dynamo now
+    if native.built():  # loading it costs about a millisecond; building it waits for the first device op
+        profiler.register()  # before any profiler session, so the first one sees the device
 
 
 def _shallow_copy_compatible(self: torch.Tensor, src: torch.Tensor) -> bool:

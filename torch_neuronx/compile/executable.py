@@ -42,7 +42,7 @@ from ..ops import collecting_checks
 from ..ops._dtypes import jax_dtype, torch_dtype
 from ..ops.geometry import Geometry, contiguous_strides, numel, write
 from ..runtime import checks as device_checks
-from ..runtime import cores
+from ..runtime import cores, profiler
 from ..runtime.debug import log, module_name
 from ..runtime.platform import spread_until_ready
 from . import counters
@@ -93,18 +93,23 @@ class Executable:
         if self.random:
             call.scalars.extend(rng_inputs(self.random))
         entry = self.cache.get(key)
+        launch = 0
         if entry is None:
             start = time.perf_counter()
             entry = Compiled()
             writable = written_slots([k for n, k in zip(self.inputs, key) if n in self.written])
             donated = buffer_positions(writable, key[-1])
             traced = jitted(self._traceable(key, entry, writable), donated, len(call.buffers))
-            compiled = traced.lower(*call.buffers, *call.scalars).compile()
+            reason = None if self.last_key is None else describe_change(self.inputs, self.last_key, key)
+            with profiler.compiling(
+                f"compile graph `{self.name}`" if reason is None else f"recompile graph `{self.name}`: {reason}"
+            ):
+                compiled = traced.lower(*call.buffers, *call.scalars).compile()
             entry.large = cores.large(compiled.cost_analysis())
+            launch = profiler.now() if profiler.recording() else 0
             results = compiled(*call.buffers, *call.scalars)
             entry.fn = cpp_entry_point(compiled)
-            if self.last_key is not None:
-                reason = describe_change(self.inputs, self.last_key, key)
+            if reason is not None:
                 counters.recompile(self.name, reason)
                 log.info("recompiled `%s`: %s", self.name, reason)
             self.cache[key] = entry
@@ -114,7 +119,10 @@ class Executable:
             log.info("compiled `%s` (%d nodes) in %.2f s", self.name, len(self.nodes), seconds)
         else:
             counters.hit()
+            launch = profiler.now() if profiler.recording() else 0
             results = entry.fn(*call.buffers, *call.scalars)
+        if launch:
+            profiler.launched(f"graph `{self.name}`", launch, results)
         if entry.large:
             spread_until_ready(results)
         self._finish(entry, call, results, env)

@@ -25,11 +25,16 @@
 #include <torch/csrc/Dtype.h>
 #include <torch/csrc/DynamicTypes.h>
 #include <torch/csrc/jit/python/pybind_utils.h>
+#include <libkineto.h>
+#include <output_base.h>
+#include <torch/csrc/profiler/standalone/privateuse1_profiler.h>
 #include <torch/csrc/utils/pybind.h>
 #include <torch/library.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstring>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -614,14 +619,141 @@ void register_autograd(const std::string& ns, const std::string& name, py::objec
   libraries_.push_back(std::move(lib));
 }
 
+// ---- torch.profiler: device activity (ProfilerActivity.PrivateUse1) -------------------------
+//
+// A Kineto plugin. While a session records, every executable launched is waited for, so the
+// device runs one at a time, and becomes one device activity: its name, launch to results ready
+// on the device's one queue, and the correlation id of the op that launched it (Kineto pushes
+// one per recorded op), which links it to that op so PyTorch adds its time to the op's device
+// time. Activities outlive their session: PyTorch's trace keeps pointers to them until it is
+// saved, so the last sessions' activities are kept.
+
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+struct DeviceActivity final : libkineto::ITraceActivity {
+  std::string label;
+  int64_t start = 0, end = 0;
+  int32_t correlation = 0;
+  const libkineto::ITraceActivity* linked = nullptr;
+  const libkineto::TraceSpan* span = nullptr;
+
+  int64_t deviceId() const override { return 0; }
+  int64_t resourceId() const override { return 0; }
+  int32_t getThreadId() const override { return 0; }
+  int64_t timestamp() const override { return start; }
+  int64_t duration() const override { return end - start; }
+  int64_t correlationId() const override { return correlation; }
+  int flowType() const override { return libkineto::kLinkAsyncCpuGpu; }
+  int64_t flowId() const override { return correlation; }
+  bool flowStart() const override { return false; }
+  libkineto::ActivityType type() const override { return libkineto::ActivityType::CONCURRENT_KERNEL; }
+  const std::string name() const override { return label; }
+  const libkineto::ITraceActivity* linkedActivity() const override { return linked; }
+  const libkineto::TraceSpan* traceSpan() const override { return span; }
+  void log(libkineto::ActivityLogger& logger) const override { logger.handleActivity(*this); }
+  const std::string metadataJson() const override { return "\"device\": 0, \"stream\": 0"; }
+};
+
+using Activities = std::deque<DeviceActivity>;
+std::atomic<bool> profiling_{false};
+std::mutex activities_mutex_;
+std::shared_ptr<Activities> recording_;                      // the recording session's, under the mutex
+auto& kept_ = *new std::deque<std::shared_ptr<Activities>>();  // the last sessions', for their traces
+thread_local std::vector<int32_t> correlation_;
+
+void record_activity(std::string label, int64_t start, int64_t end) {
+  std::lock_guard<std::mutex> lock(activities_mutex_);
+  if (!recording_) return;
+  auto& a = recording_->emplace_back();
+  a.label = std::move(label);
+  a.start = start;
+  a.end = end;
+  a.correlation = correlation_.empty() ? 0 : correlation_.back();
+}
+
+class ProfilerSession final : public libkineto::IActivityProfilerSession {
+ public:
+  ProfilerSession() : activities_(std::make_shared<Activities>()) {}
+  void start() override {
+    std::lock_guard<std::mutex> lock(activities_mutex_);
+    recording_ = activities_;
+    profiling_ = true;
+  }
+  void stop() override {
+    std::lock_guard<std::mutex> lock(activities_mutex_);
+    profiling_ = false;
+    if (recording_ == activities_) recording_.reset();
+  }
+  std::vector<std::string> errors() override { return {}; }
+  void processTrace(libkineto::ActivityLogger& logger) override {
+    for (auto& a : *activities_) logger.handleActivity(a);
+  }
+  void processTrace(libkineto::ActivityLogger& logger, libkineto::getLinkedActivityCallback linked, int64_t,
+                    int64_t) override {
+    {
+      std::lock_guard<std::mutex> lock(activities_mutex_);
+      kept_.push_back(activities_);
+      while (kept_.size() > 8) kept_.pop_front();
+    }
+    for (auto& a : *activities_) {
+      if (a.correlation) a.linked = linked(a.correlation);
+      a.span = a.linked ? a.linked->traceSpan() : nullptr;
+      logger.handleActivity(a);
+    }
+  }
+  std::unique_ptr<libkineto::DeviceInfo> getDeviceInfo() override {
+    return std::make_unique<libkineto::DeviceInfo>(libkineto::DeviceInfo{0, 0, "neuron", "neuron:0"});
+  }
+  std::vector<libkineto::ResourceInfo> getResourceInfos() override { return {{0, 0, 0, "executables"}}; }
+  std::unique_ptr<libkineto::CpuTraceBuffer> getTraceBuffer() override { return nullptr; }
+  void pushCorrelationId(uint64_t id) override { correlation_.push_back(static_cast<int32_t>(id)); }
+  void popCorrelationId() override {
+    if (!correlation_.empty()) correlation_.pop_back();
+  }
+
+ private:
+  std::shared_ptr<Activities> activities_;
+};
+
+class ActivityProfiler final : public libkineto::IActivityProfiler {
+ public:
+  const std::string& name() const override { return name_; }
+  const std::set<libkineto::ActivityType>& availableActivities() const override { return types_; }
+  std::unique_ptr<libkineto::IActivityProfilerSession> configure(const std::set<libkineto::ActivityType>&,
+                                                                 const libkineto::Config&) override {
+    return std::make_unique<ProfilerSession>();
+  }
+  std::unique_ptr<libkineto::IActivityProfilerSession> configure(int64_t, int64_t,
+                                                                 const std::set<libkineto::ActivityType>& types,
+                                                                 const libkineto::Config& config) override {
+    return configure(types, config);
+  }
+
+ private:
+  std::string name_ = "neuron";
+  std::set<libkineto::ActivityType> types_{libkineto::ActivityType::CONCURRENT_KERNEL};
+};
+
+// Wait for an executable's results while a session records, and record it.
+void record_launch(const std::string& label, int64_t start, PyObject* results) {
+  if (PyTuple_GET_SIZE(results) > 0)
+    py::reinterpret_borrow<py::object>(PyTuple_GET_ITEM(results, 0)).attr("block_until_ready")();
+  record_activity(label, start, now_ns());
+}
+
 void launch(OpRecord& rec, Entry& entry, Inputs& in, torch::jit::Stack* stack, size_t n) {
   c10::SmallVector<PyObject*, 8> args;
   for (auto& alloc : in.allocs)
     if (!alloc->buffer.is_none()) args.push_back(alloc->buffer.ptr());
   for (auto& scalar : in.scalars) args.push_back(scalar.ptr());
+  int64_t start = profiling_ ? now_ns() : 0;
   auto result = py::reinterpret_steal<py::object>(PyObject_Vectorcall(entry.fn.ptr(), args.data(), args.size(), nullptr));
   if (!result) throw py::error_already_set();
   PyObject* results = result.ptr();
+  if (start) record_launch(rec.name, start, results);
   size_t count = entry.outputs.size();
   for (size_t i = 0; i < entry.mutated_slots.size(); ++i)
     in.allocs[entry.mutated_slots[i]]->buffer = py::reinterpret_borrow<py::object>(PyTuple_GET_ITEM(results, count + i));
@@ -864,6 +996,12 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     return tensor_on_new_storage(shape, scalar_type_of(dtype), strides, nbytes, std::move(buffer));
   });
   m.def("register_kernels", &register_kernels, py::arg("names"), py::arg("fallback"));
+  m.def("profiling", []() { return profiling_.load(); });
+  m.def("record_activity", &record_activity, py::arg("name"), py::arg("start_ns"), py::arg("end_ns"));
+  m.def("register_profiler", []() {
+    torch::profiler::impl::PrivateUse1ProfilerRegistry::instance().registerFactory(
+        []() -> std::unique_ptr<libkineto::IActivityProfiler> { return std::make_unique<ActivityProfiler>(); });
+  });
   m.def("register_autograd", &register_autograd, py::arg("namespace"), py::arg("name"), py::arg("kernel"));
   m.def("remember", &remember);
   m.def("forget", &forget);

@@ -39,7 +39,7 @@ from ..ops._common import raised_by_jax, torch_error
 from ..ops._dtypes import TO_TORCH
 from ..ops.geometry import contiguous_strides, numel
 from ..runtime import checks as device_checks
-from ..runtime import native
+from ..runtime import native, profiler
 from ..runtime.debug import log, module_name
 from . import executable_store, metrics
 from .arguments import OPT_TENSOR, SCALAR, SCALAR_LIST, STATIC, TENSOR, TENSOR_LIST, ArgumentPlan
@@ -186,8 +186,12 @@ class Kernel(ArgumentPlan):
             entry = this.cache.get(key)
             if entry is None:
                 start = time.perf_counter()
-                entry, how = this._build(key, call)
+                with profiler.compiling(f"compile {this.name}"):
+                    entry, how = this._build(key, call)
+                launch = profiler.now() if profiler.recording() else 0
                 results = entry.fn(*call.buffers, *call.scalars)
+                if launch:
+                    profiler.launched(this.name, launch, results)
                 entry.fn = cpp_entry_point(entry.fn)
                 _bounded_insert(this.cache, key, entry)
                 seconds = time.perf_counter() - start
@@ -196,7 +200,10 @@ class Kernel(ArgumentPlan):
                     log.debug("%s %s for %s in %.1f ms", how, this.name, call.signature(), seconds * 1e3)
             else:
                 _hits[this.name] += 1
+                launch = profiler.now() if profiler.recording() else 0
                 results = entry.fn(*call.buffers, *call.scalars)
+                if launch:
+                    profiler.launched(this.name, launch, results)
         except Exception as error:
             if raised_by_jax(error):
                 translated = torch_error(error)

@@ -22,7 +22,8 @@ import torch
 
 NAME = "torch_neuronx_native"
 SOURCE = Path(__file__).resolve().parent.parent / "csrc" / "native.cpp"
-_FLAGS = ["-O2", "-std=c++17"]
+_FLAGS = ["-O2", "-std=c++17", "-DUSE_KINETO"]  # USE_KINETO: the profiler plugin's headers
+_INCLUDES = [str(Path(torch.__file__).parent / "include" / "kineto")]
 _failure: list[str] = []
 
 
@@ -46,8 +47,21 @@ def build() -> Path:
 
     directory = build_dir()
     directory.mkdir(parents=True, exist_ok=True)
-    cpp_extension.load(NAME, [str(SOURCE)], extra_cflags=_FLAGS, build_directory=str(directory), verbose=False)
+    cpp_extension.load(
+        NAME,
+        [str(SOURCE)],
+        extra_cflags=_FLAGS,
+        extra_include_paths=_INCLUDES,
+        build_directory=str(directory),
+        verbose=False,
+    )
     return directory / f"{NAME}.so"
+
+
+def built() -> bool:
+    """Whether this tag's module is built and may be loaded without building."""
+    library = build_dir() / f"{NAME}.so"
+    return requested() and library.exists() and not (library.parent / "lock").exists()
 
 
 @functools.cache
