@@ -18,6 +18,7 @@ LAYERS = [  # (module prefix, layer): the longest matching prefix decides
     ("torch_neuronx.cli", 5),
     ("torch_neuronx.demo", 5),
     ("torch_neuronx.bench", 5),
+    ("torch_neuronx.profiling", 5),
 ]
 
 

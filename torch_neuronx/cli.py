@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import runpy
 import sys
+from pathlib import Path
 
 
 def info() -> None:
@@ -76,6 +77,10 @@ def main(argv: list[str] | None = None) -> None:
     ben.add_argument("--quick", action="store_true", help="fewer steps and sizes")
     rep = sub.add_parser("report", help="run a script (default: a short demo) and print device metrics")
     rep.add_argument("script", nargs="?")
+    prof = sub.add_parser("profile", help="run a script under torch.profiler: chrome trace, top-20 table, timeline PNG")
+    prof.add_argument("--out", default="torchneuron-profile", help="directory to write into")
+    prof.add_argument("script")
+    prof.add_argument("args", nargs=argparse.REMAINDER, help="the script's own arguments")
     args = parser.parse_args(argv)
     if args.command == "info":
         info()
@@ -88,6 +93,10 @@ def main(argv: list[str] | None = None) -> None:
         if unknown:
             parser.error(f"unknown bench section {', '.join(unknown)}; choose from {', '.join(BENCH_SECTIONS)}")
         bench(args.sections or BENCH_SECTIONS, args.quick)
+    elif args.command == "profile":
+        from torch_neuronx import profiling
+
+        profiling.run(args.script, args.args, Path(args.out))
     else:
         report(args.script)
 

@@ -722,8 +722,10 @@ class ActivityProfiler final : public libkineto::IActivityProfiler {
  public:
   const std::string& name() const override { return name_; }
   const std::set<libkineto::ActivityType>& availableActivities() const override { return types_; }
-  std::unique_ptr<libkineto::IActivityProfilerSession> configure(const std::set<libkineto::ActivityType>&,
+  // A session only where the profile asks for device activity (ProfilerActivity.PrivateUse1).
+  std::unique_ptr<libkineto::IActivityProfilerSession> configure(const std::set<libkineto::ActivityType>& types,
                                                                  const libkineto::Config&) override {
+    if (!types.count(libkineto::ActivityType::CONCURRENT_KERNEL)) return nullptr;
     return std::make_unique<ProfilerSession>();
   }
   std::unique_ptr<libkineto::IActivityProfilerSession> configure(int64_t, int64_t,
