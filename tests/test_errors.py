@@ -109,3 +109,35 @@ def test_torch_error_maps_jax_messages():
     assert str(shapes) == "The size of tensor a (3) must match the size of tensor b (4) at non-singleton dimension 0"
     other = torch_error(TypeError("take_along_axis indices must be of integer type"))
     assert type(other) is RuntimeError and "take_along_axis indices must be of integer type" in str(other)
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda x: x.normal_(0, -1),
+        lambda x: x.normal_(0, float("nan")),
+        lambda x: x.uniform_(3, -1),
+        lambda x: x.exponential_(0),
+        lambda x: x.geometric_(1.5),
+        lambda x: x.log_normal_(1, 0),
+        lambda x: x.cauchy_(0, -2),
+        lambda x: x.bernoulli_(1.5),
+    ],
+    ids=["normal", "normal-nan", "uniform", "exponential", "geometric", "log_normal", "cauchy", "bernoulli"],
+)
+def test_random_ops_check_float_arguments_before_writing(call):
+    cpu, dev = torch.arange(4.0), torch.arange(4.0, device="neuron")
+    with pytest.raises(RuntimeError) as expected:
+        call(cpu)
+    with pytest.raises(RuntimeError) as got:
+        call(dev)
+    assert str(got.value).endswith(str(expected.value)), (got.value, expected.value)
+    assert torch.equal(dev.cpu(), cpu)  # nothing written
+    assert torch.equal((dev + 1).cpu(), cpu + 1)  # the device keeps working
+
+
+def test_multinomial_out_dtype_is_checked_before_sampling():
+    out = torch.full((1, 2), 7.0, dtype=torch.float64, device="neuron")
+    with pytest.raises(RuntimeError, match="multinomial expects Long tensor out, got: Double"):
+        torch.multinomial(torch.ones(1, 2, dtype=torch.float64, device="neuron"), 2, out=out)
+    assert out.cpu().eq(7).all()

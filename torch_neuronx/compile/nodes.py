@@ -154,22 +154,25 @@ def _tensor_values(node: Node) -> list[torch.Tensor]:
 
 def _lowered(node: Node, op: OpOverload, lowering: ops.Lowering) -> Rule | str:
     arguments = ArgumentPlan(op, lowering)  # binds and classifies arguments as eager does
-    bind, fn = arguments.bind, lowering.fn
+    bind = arguments.bind
     for index in arguments.mutated:
         value = bind(node.args, node.kwargs)[index]
         written = value if isinstance(value, (list, tuple)) else [value]
         if any(isinstance(w, Node) and w.op != "placeholder" for w in written):
             return "mutates a value computed inside the graph"
 
-    return Rule(_call(arguments, fn), random=lowering.random, mutated=arguments.mutated, arguments=arguments)
+    return Rule(_call(arguments, lowering), random=lowering.random, mutated=arguments.mutated, arguments=arguments)
 
 
-def _call(arguments: ArgumentPlan, fn: Callable[..., Any]) -> Callable[..., Any]:
-    """`fn` called with a node's resolved (args, kwargs[, key]) bound as the eager kernel binds them."""
-    bind, kinds = arguments.bind, arguments.kinds
+def _call(arguments: ArgumentPlan, lowering: ops.Lowering) -> Callable[..., Any]:
+    """The lowering called with a node's resolved (args, kwargs[, key]) bound as the eager kernel
+    binds them, its arguments validated first as eager does."""
+    bind, kinds, fn, validate = arguments.bind, arguments.kinds, lowering.fn, lowering.validate
 
     def run(args: tuple, kwargs: dict, key: Any = None) -> Any:
         values = bind(args, kwargs)
+        if validate is not None:
+            validate(*values)
         for i, (kind, v) in enumerate(zip(kinds, values)):
             if kind != STATIC:  # as eager: float scalars (alone or in a list) weakly typed, not Python floats
                 values[i] = [_weak(x) for x in v] if isinstance(v, (list, tuple)) else _weak(v)
@@ -198,7 +201,7 @@ def _auto_functionalized(node: Node) -> Rule | str:
     metas = [torch.empty(b.shape, dtype=b.dtype, device="meta") for b in bases]
     geometry = {id(i): _geometry(i.regenerate_view(metas)) for i in infos}
     names = [name for name in names if name != "_all_bases"]
-    call_op = _call(arguments, lowering.fn)
+    call_op = _call(arguments, lowering)
 
     def run(args: tuple, kwargs: dict) -> Any:
         flats = [b.reshape(-1) for b in kwargs["_all_bases"]]

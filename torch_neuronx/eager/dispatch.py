@@ -230,6 +230,7 @@ class OutKernel:
         self.input_names = [op._schema.arguments[i].name for i in self.inputs]
         base = op._schema.name.removeprefix("aten::")
         self.exact_dtype, self.exact_alias_ok = base in _EXACT_DTYPE_OUT, base not in _NO_ALIAS_OUT
+        self.base, self.out_dtype = base, _OUT_DTYPE.get(base)
         self.twin = kernel_for(twin)
 
     def __call__(this, *args: Any, **kwargs: Any) -> Any:  # noqa: N805 - `self` is an ATen argument name
@@ -237,6 +238,9 @@ class OutKernel:
         outs = [values[i] for i in this.outs]
         call_kwargs = {n: values[i] for n, i in zip(this.input_names, this.inputs)}
         _check_overlap(this.name, outs, [v for i in this.inputs for v in _tensors(values[i])], this.exact_alias_ok)
+        if this.out_dtype is not None and outs[0].dtype != this.out_dtype:
+            want, got = scalar_type_name(this.out_dtype), scalar_type_name(outs[0].dtype)
+            raise RuntimeError(f"neuron: {this.name}: {this.base} expects {want} tensor out, got: {got}")
         if this.takes_dtype:
             call_kwargs["dtype"] = outs[0].dtype
         result = this.twin(**call_kwargs)
@@ -256,6 +260,7 @@ class OutKernel:
 
 
 _EXACT_DTYPE_OUT = {"amax", "amin"}  # out= must have the input's dtype, no casting
+_OUT_DTYPE = {"multinomial": torch.int64}  # out= must have this dtype, checked before computing
 # out= ops that refuse an `out` sharing any memory with an input, even exactly (PyTorch's
 # assert_no_overlap); the others refuse only a partial overlap, as TensorIterator does.
 _NO_ALIAS_OUT = {"gather", "index_select", "take", "masked_select", "kthvalue", "bernoulli", "take_along_dim"}

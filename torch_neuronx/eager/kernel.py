@@ -80,6 +80,13 @@ def is_contiguous(shape: tuple, strides: tuple) -> bool:
     return True
 
 
+class _Described:
+    """What `Kernel._name_error` reads of a call: its tensors."""
+
+    def __init__(self, values: list) -> None:
+        self.tensors = [t for t in values if isinstance(t, torch.Tensor)]
+
+
 def _uploaded(t: Any) -> Any:
     if isinstance(t, torch.Tensor) and t.device.type == "cpu" and t.dim() > 0:
         return to_device(t)
@@ -168,6 +175,8 @@ class Kernel(ArgumentPlan):
         values = this.bind(args, kwargs)
         for i in this.host_indices:
             values[i] = [_uploaded(t) for t in values[i]]
+        if this.lowering.validate is not None:
+            this._validate(values)
         call = CallInputs()
         try:
             arg_key, op = this._arg_key, this.op
@@ -220,6 +229,13 @@ class Kernel(ArgumentPlan):
         if this.keyed:
             this._remember(entry)
         return returned
+
+    def _validate(self, values: list) -> None:
+        try:
+            self.lowering.validate(*values)
+        except Exception as error:
+            self._name_error(error, _Described(values))
+            raise
 
     def _build(self, key: tuple, call: CallInputs) -> tuple[CachedExecutable, str]:
         """The executable for `key`: from the executable store, else traced and compiled (and

@@ -8,10 +8,12 @@ schema's returns). A lowering registered on a mutating overload (`copy_`, `_fore
 returns the new values of its mutated arguments instead, in schema order. In-place and `out=`
 variants of a functional op are derived from its lowering; they need no lowering of their own.
 
-Three options cover what a plain lowering cannot say:
+Four options cover what a plain lowering cannot say:
 - `random=True`: the lowering receives `key=`, a jax PRNG key derived from the device RNG state.
 - `static=("start", ...)`: these Scalar arguments shape the output (arange's ends), so they
   arrive as Python values and are part of the executable's cache key.
+- `validate=fn`: checks float arguments on the host before launch (a random op's bounds), so a
+  bad value raises before the op writes anything.
 - `size=fn`: the output shape depends on the data (nonzero, masked_select). `fn` takes the same
   arguments and returns a pytree of int scalars (or None when this call's shapes are static);
   it runs first as its own executable, its values come to the host (a sync, as on CUDA) and
@@ -55,6 +57,10 @@ class Lowering:
     # whether the executable store may keep its executables across processes: only where this
     # package's sources (part of the store's fingerprint) fix the function, not for custom ops
     storable: bool = True
+    # Checks the op's arguments on the host before anything runs, raising PyTorch's error: takes
+    # the arguments as the lowering does, float scalars as Python numbers (in eager and in a
+    # compiled graph alike), and checks only those; a check on tensor values uses `check`.
+    validate: Callable[..., None] | None = None
 
 
 LOWERINGS: dict[OpOverload, Lowering] = {}
@@ -86,6 +92,7 @@ def lowering(
     static: tuple[str, ...] = (),
     size: Callable[..., Any] | None = None,
     layout: bool = False,
+    validate: Callable[..., None] | None = None,
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Register `fn` as the lowering of each given overload (a packet means all its overloads
     that neither mutate nor write `out=`; those are derived)."""
@@ -94,7 +101,7 @@ def lowering(
         for op in ops:
             for overload in _overloads(op):
                 if isinstance(op, OpOverload) or not is_mutating(overload):
-                    LOWERINGS[overload] = Lowering(fn, random, mutates, tuple(static), size, layout)
+                    LOWERINGS[overload] = Lowering(fn, random, mutates, tuple(static), size, layout, validate=validate)
         return fn
 
     return register

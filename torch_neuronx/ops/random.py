@@ -5,13 +5,15 @@
 Every lowering gets `key=`, derived from the device RNG state (seed, offset) and advanced once
 per call, so `torch.manual_seed`, `torch.neuron.manual_seed` and `get/set_rng_state` reproduce
 draws exactly. Half types draw in float32 and round, like PyTorch CPU. Parameter checks on
-Python values raise at once; those on tensor values (a probability outside [0, 1]) use
-`ops.check`. Eager `torch.rand/randn/randint(device="neuron")` arrive as `empty` plus the
+Python values raise at once, before anything is drawn or written (`validate=`, on the host, for
+float parameters, which the lowering receives traced); those on tensor values (a probability
+outside [0, 1]) use `ops.check`. Eager `torch.rand/randn/randint(device="neuron")` arrive as `empty` plus the
 in-place op; the functional factories serve compile graphs.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -52,58 +54,91 @@ def _normal01(key: Any, shape: tuple, dtype: torch.dtype) -> Any:
     return jax.random.normal(key, shape, _compute(dtype))
 
 
-def _positive(name: str, value: Any, what: str) -> None:
-    check(value > 0, RuntimeError, f"{name} expects {what} > 0.0")
+def _require(ok: bool, message: str) -> None:
+    if not ok:
+        raise RuntimeError(message)
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _positive(name: str, param: str, position: int) -> Callable[..., None]:
+    """A `validate`: the float argument at `position` after `self`, `param` in PyTorch's message,
+    must be > 0 (formatted as C++ prints a double)."""
+
+    def validate(self: Any, *rest: Any) -> None:
+        value = rest[position]
+        if _number(value):
+            _require(value > 0, f"{name} expects {param} > 0.0, but found {param}={value:g}")
+
+    return validate
+
+
+def _normal_args(self: Any, mean: Any = 0.0, std: Any = 1.0, generator: Any = None) -> None:
+    if _number(std):
+        _require(std >= 0, f"normal expects std >= 0.0, but found std {std:g}")
+
+
+def _uniform_args(self: Any, low: Any = 0.0, high: Any = 1.0, generator: Any = None) -> None:
+    if _number(low) and _number(high):
+        _require(low <= high, f"uniform_ expects to return a [from, to) range, but found from={low:g} > to={high:g}")
+
+
+def _geometric_args(self: Any, p: Any, generator: Any = None) -> None:
+    if _number(p):
+        _require(0 < p < 1, f"geometric_ expects p to be in (0, 1), but got p={p:g}")
+
+
+def _bernoulli_args(self: Any, p: Any = 0.5, generator: Any = None) -> None:
+    if _number(p):
+        _require(0 <= p <= 1, f"bernoulli_ expects p to be in [0, 1], but got p={p:g}")
 
 
 # ---- in-place distributions -------------------------------------------------------------
 
 
-@lowering(aten.normal_.default, aten.normal_functional.default, random=True)
+@lowering(aten.normal_.default, aten.normal_functional.default, random=True, validate=_normal_args)
 def normal_(self: Any, mean: Any = 0.0, std: Any = 1.0, generator: Any = None, *, key: Any) -> Any:
     _no_generator(generator)
     dtype = _float_only("normal_kernel_cpu", self)
-    check(std >= 0, RuntimeError, "normal expects std >= 0.0")
     return cast(mean + std * _normal01(key, self.shape, dtype), dtype)
 
 
-@lowering(aten.uniform_.default, aten.uniform.default, random=True)
+@lowering(aten.uniform_.default, aten.uniform.default, random=True, validate=_uniform_args)
 def uniform_(self: Any, low: Any = 0.0, high: Any = 1.0, generator: Any = None, *, key: Any) -> Any:
     _no_generator(generator)
     dtype = _float_only("check_uniform_bounds", self)
-    check(low <= high, RuntimeError, "uniform_ expects to return a [from, to) range, but found from > to")
     return cast(low + (high - low) * _uniform01(key, self.shape, dtype), dtype)
 
 
-@lowering(aten.exponential_.default, aten.exponential.default, random=True)
+@lowering(
+    aten.exponential_.default, aten.exponential.default, random=True, validate=_positive("exponential_", "lambda", 0)
+)
 def exponential_(self: Any, lambd: Any = 1.0, generator: Any = None, *, key: Any) -> Any:
     _no_generator(generator)
     dtype = _float_only("exponential_cpu", self)
-    _positive("exponential_", lambd, "lambda")
     return cast(jax.random.exponential(key, self.shape, _compute(dtype)) / lambd, dtype)
 
 
-@lowering(aten.log_normal_.default, aten.log_normal.default, random=True)
+@lowering(aten.log_normal_.default, aten.log_normal.default, random=True, validate=_positive("log_normal_", "std", 1))
 def log_normal_(self: Any, mean: Any = 1.0, std: Any = 2.0, generator: Any = None, *, key: Any) -> Any:
     _no_generator(generator)
     dtype = _float_only("log_normal_cpu", self)
-    _positive("log_normal_", std, "std")
     return cast(jnp.exp(mean + std * _normal01(key, self.shape, dtype)), dtype)
 
 
-@lowering(aten.cauchy_.default, aten.cauchy.default, random=True)
+@lowering(aten.cauchy_.default, aten.cauchy.default, random=True, validate=_positive("cauchy_", "sigma", 1))
 def cauchy_(self: Any, median: Any = 0.0, sigma: Any = 1.0, generator: Any = None, *, key: Any) -> Any:
     _no_generator(generator)
     dtype = _float_only("cauchy_cpu", self)
-    _positive("cauchy_", sigma, "scale")
     u = _uniform01(key, self.shape, dtype)
     return cast(median + sigma * jnp.tan(jnp.pi * (u - 0.5)), dtype)
 
 
-@lowering(aten.geometric_.default, aten.geometric.default, random=True)
+@lowering(aten.geometric_.default, aten.geometric.default, random=True, validate=_geometric_args)
 def geometric_(self: Any, p: Any, generator: Any = None, *, key: Any) -> Any:
     _no_generator(generator)
-    check((p > 0) & (p < 1), RuntimeError, "geometric_ expects p to be in (0, 1)")
     u = jax.random.uniform(key, self.shape, jnp.float64, minval=jnp.finfo(jnp.float64).tiny)
     return cast(jnp.ceil(jnp.log(u) / jnp.log1p(-jnp.asarray(p, jnp.float64))), torch_dtype(self))
 
@@ -115,7 +150,14 @@ def _bernoulli(key: Any, shape: tuple, p: Any, dtype: torch.dtype) -> Any:
     return cast(jax.random.uniform(key, shape, compute) < p, dtype)
 
 
-@lowering(aten.bernoulli_.float, aten.bernoulli_.Tensor, aten.bernoulli.p, aten.bernoulli.Tensor, random=True)
+@lowering(
+    aten.bernoulli_.float,
+    aten.bernoulli_.Tensor,
+    aten.bernoulli.p,
+    aten.bernoulli.Tensor,
+    random=True,
+    validate=_bernoulli_args,
+)
 def bernoulli_(self: Any, p: Any = 0.5, generator: Any = None, *, key: Any) -> Any:
     _no_generator(generator)
     if hasattr(p, "shape") and jnp.broadcast_shapes(p.shape, self.shape) != tuple(self.shape):
@@ -225,12 +267,22 @@ def multinomial(self: Any, num_samples: int, replacement: bool = False, generato
     categories = self.shape[-1]
     if not replacement and num_samples > categories:
         raise RuntimeError("cannot sample n_sample > prob_dist.size(-1) samples without replacement")
+    if categories > 2**24:
+        raise RuntimeError("number of categories cannot exceed 2^24")
     probs = self.astype(jnp.float64 if self.dtype == jnp.float64 else jnp.float32).reshape(-1, categories)
-    check(
-        jnp.isfinite(probs) & (probs >= 0),
-        RuntimeError,
-        "probability tensor contains either `inf`, `nan` or element < 0",
-    )
+    if replacement:  # PyTorch's two kernels word their checks differently
+        check(probs >= 0, RuntimeError, "invalid multinomial distribution (encountering probability entry < 0)")
+        check(
+            jnp.isfinite(probs),
+            RuntimeError,
+            "invalid multinomial distribution (encountering probability entry = infinity or NaN)",
+        )
+    else:
+        check(
+            jnp.isfinite(probs) & (probs >= 0),
+            RuntimeError,
+            "probability tensor contains either `inf`, `nan` or element < 0",
+        )
     check(probs.sum(-1) > 0, RuntimeError, "invalid multinomial distribution (sum of probabilities <= 0)")
     rows = probs.shape[0]
     if replacement:
