@@ -1,11 +1,14 @@
-"""The `torchneuron` command: info, demo, bench, report."""
+"""The `torchneuron` command: info, demo, bench, report, cache."""
 
 from __future__ import annotations
 
 import argparse
+import json
 import runpy
 import sys
 from pathlib import Path
+
+from torch_neuronx.runtime import cache as persistent_cache
 
 
 def info() -> None:
@@ -22,12 +25,10 @@ def info() -> None:
     print(f"device: {props.name}, capacity {props.total_memory / 2**30:.1f} GiB")
     print(f"native lowerings: {len(ops.load())} ATen overloads")
     print(f"eager path: {native.status()}")
-    print(f"persistent compilation cache: {platform.cache_dir()}")
+    print(f"persistent compilation cache: {persistent_cache.directory()}")
 
 
 def report(script: str | None) -> None:
-    import json
-
     import torch_neuronx
 
     if script:
@@ -66,6 +67,42 @@ def bench(sections: list[str], quick: bool) -> None:
 BENCH_SECTIONS = ["ops", "compile", "hf", "distributed"]
 
 
+def cache(action: str | None, max_size: str | None, as_json: bool) -> None:
+    """Show the persistent cache, or clear or prune it (no JAX import: this is file work)."""
+    root = persistent_cache.directory()
+    if action == "clear":
+        count, size = persistent_cache.clear(root)
+        print(f"removed {count} entries ({persistent_cache.format_size(size)}) from {root}")
+        return
+    if action == "prune":
+        limit = persistent_cache.parse_size(max_size)
+        count, size = persistent_cache.prune(limit, root)
+        print(f"removed {count} least recently used entries ({persistent_cache.format_size(size)}) from {root}")
+        return
+    contents = persistent_cache.scan(root)
+    limit = persistent_cache.max_size()
+    kinds = contents.by_kind()
+    if as_json:
+        summary = {
+            "directory": str(root),
+            "entries": len(contents.entries),
+            "bytes": contents.size,
+            "max_bytes": limit,
+            "kinds": {kind: {"entries": count, "bytes": size} for kind, (count, size) in kinds.items()},
+            "unrecognized": [str(p) for p in contents.unrecognized],
+        }
+        print(json.dumps(summary, indent=2))
+        return
+    fmt = persistent_cache.format_size
+    print(f"directory: {root}")
+    print(f"entries:   {len(contents.entries)}, {fmt(contents.size)}")
+    print(f"limit:     {fmt(limit) if limit is not None else 'none'} ({persistent_cache.MAX_SIZE_VARIABLE})")
+    for kind, (count, size) in kinds.items():
+        print(f"  {count:>8} {fmt(size):>10}  {persistent_cache.KINDS[kind]}")
+    if contents.unrecognized:
+        print(f"  {len(contents.unrecognized):>8} files written by neither (kept by clear and prune)")
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="torchneuron", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -81,6 +118,12 @@ def main(argv: list[str] | None = None) -> None:
     prof.add_argument("--out", default="torchneuron-profile", help="directory to write into")
     prof.add_argument("script")
     prof.add_argument("args", nargs=argparse.REMAINDER, help="the script's own arguments")
+    cac = sub.add_parser("cache", help="the persistent cache: entries and sizes by kind; clear; prune")
+    cac.add_argument("--json", action="store_true", help="print the summary as JSON")
+    actions = cac.add_subparsers(dest="action")
+    actions.add_parser("clear", help="remove every entry")
+    pru = actions.add_parser("prune", help="remove the least recently used entries until the cache fits")
+    pru.add_argument("--max-size", required=True, help="such as 2G, 500M (binary units)")
     args = parser.parse_args(argv)
     if args.command == "info":
         info()
@@ -97,6 +140,11 @@ def main(argv: list[str] | None = None) -> None:
         from torch_neuronx import profiling
 
         profiling.run(args.script, args.args, Path(args.out))
+    elif args.command == "cache":
+        try:
+            cache(args.action, getattr(args, "max_size", None), args.json)
+        except ValueError as error:  # a size that does not parse, from --max-size or the environment
+            parser.error(str(error))
     else:
         report(args.script)
 

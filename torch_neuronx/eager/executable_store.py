@@ -8,13 +8,14 @@ compiling. Every entry sits under a fingerprint of everything else the module de
 platform and device, the JAX, jaxlib and torch versions, XLA's flags, and the source of
 this package, so a change to any of them makes the old entries unreachable instead of wrong.
 
-Entries are files `<cache dir>/executables/<sha256>`, written atomically; each holds its full
-signature (checked on load) and a pickle, so only a cache directory the user trusts is read,
-as with XLA's own. A missing, unreadable or stale entry is a miss; a failed write is ignored.
-Only executables XLA compiled in this process are saved: one it loaded from its own persistent
-cache serializes without its compiled functions on the CPU platform. So that XLA's cache never
-answers a compile this store missed, each stored executable's module is named after its entry
-(`module_suffix`); the check stays for two processes compiling one module at once.
+Entries are files `<cache dir>/executables/<sha256>`, written atomically (`runtime/cache.py`
+lists, prunes and limits them with XLA's entries); each holds its full signature (checked on
+load) and a pickle, so only a cache directory the user trusts is read, as with XLA's own. A
+missing, unreadable or stale entry is a miss; a failed write is ignored. Only executables XLA
+compiled in this process are saved: one it loaded from its own persistent cache serializes
+without its compiled functions on the CPU platform. So that XLA's cache never answers a compile
+this store missed, each stored executable's module is named after its entry (`module_suffix`);
+the check stays for two processes compiling one module at once.
 """
 
 from __future__ import annotations
@@ -33,8 +34,9 @@ import jax
 from jax._src.lax import linalg
 from jax.experimental import serialize_executable
 
+from ..runtime import cache
 from ..runtime.debug import debug_dir, log
-from ..runtime.platform import cache_dir, device, platform_name
+from ..runtime.platform import device, platform_name
 
 _PACKAGE = Path(__file__).resolve().parents[1]
 _XLA_CACHE_HIT = "/jax/compilation_cache/cache_hits"
@@ -79,7 +81,7 @@ def _fingerprint() -> bytes:
 def module_suffix(signature: str) -> str:
     """Appended to the name of the module stored under `signature`: XLA's cache key then names
     one entry of this store, and changes with its fingerprint."""
-    return "_" + _name(signature)[:12]
+    return "_" + cache.store_tag(_name(signature))
 
 
 def _name(signature: str) -> str:
@@ -87,7 +89,7 @@ def _name(signature: str) -> str:
 
 
 def _path(signature: str) -> Path:
-    return cache_dir() / "executables" / _name(signature)
+    return cache.directory() / cache.STORE / _name(signature)
 
 
 def load(signature: str) -> tuple[Any, Any] | None:
@@ -126,3 +128,5 @@ def save(signature: str, compiled: Any, meta: Any) -> None:
         os.replace(tmp.name, path)
     except Exception as error:  # a full or read-only disk costs the next process a compile, nothing more
         log.debug("executable store: could not keep %s (%s)", signature, error)
+        return
+    cache.note_write()

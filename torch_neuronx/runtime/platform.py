@@ -11,11 +11,10 @@ from __future__ import annotations
 
 import functools
 import os
-from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from . import cores
+from . import cache, cores
 from .debug import request_xla_dumps
 from .host_heap import retain_freed_blocks
 
@@ -26,11 +25,6 @@ def platform_name() -> str:
     return os.environ.get("TORCH_NEURONX_PLATFORM", "cpu").lower()
 
 
-def cache_dir() -> Path:
-    default = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "torchneuron" / "xla"
-    return Path(os.environ.get("TORCH_NEURONX_CACHE_DIR", default))
-
-
 @functools.cache
 def jax() -> ModuleType:
     """Import and configure JAX once: x64 on, the chosen platform, the persistent cache."""
@@ -39,9 +33,10 @@ def jax() -> ModuleType:
 
     _jax.config.update("jax_enable_x64", True)
     _jax.config.update("jax_platforms", platform_name())
-    _jax.config.update("jax_compilation_cache_dir", str(cache_dir()))
+    _jax.config.update("jax_compilation_cache_dir", str(cache.directory()))
     _jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
     _jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+    _jax.monitoring.register_event_listener(cache.on_jax_event)  # its writes count towards the size limit
     if platform_name() == "cpu":
         _jax.config.update("jax_cpu_enable_async_dispatch", async_dispatch())
         retain_freed_blocks()
