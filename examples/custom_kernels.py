@@ -3,9 +3,13 @@
 Each op below is a real PyTorch custom op (`torch.ops.examples.<name>`): eager calls run one
 cached executable, `torch.compile(backend="neuron")` traces it into the graph's executable,
 and autograd comes from `jax.vjp`. Run this file to check each against plain PyTorch on CPU.
+
+    python examples/custom_kernels.py
 """
 
 from __future__ import annotations
+
+import argparse
 
 import jax
 import jax.numpy as jnp
@@ -66,23 +70,25 @@ def reference_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> t
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="accepted for uniformity: the run is already small")
+    parser.parse_args()
     torch.manual_seed(0)
-    x, w = torch.randn(2, 5, 16), torch.randn(16)
     on = {"device": "neuron"}
-    print(
-        "rms_norm   max |neuron - torch|:",
-        (rms_norm(x.to(**on), w.to(**on), 1e-6).cpu() - reference_rms_norm(x, w, 1e-6)).abs().max().item(),
-    )
+    x, w, y = torch.randn(2, 5, 16), torch.randn(16), torch.randn(2, 5, 16)
     cos, sin = torch.randn(5, 16), torch.randn(5, 16)
-    got = rotary(x.to(**on), cos.to(**on), sin.to(**on)).cpu()
-    print("rotary     max |neuron - torch|:", (got - reference_rotary(x, cos, sin)).abs().max().item())
-    cache = torch.zeros(1, 2, 8, 4, **on)
-    new = torch.randn(1, 2, 3, 4)
+    differences = {
+        "rms_norm": rms_norm(x.to(**on), w.to(**on), 1e-6).cpu() - reference_rms_norm(x, w, 1e-6),
+        "rotary": rotary(x.to(**on), cos.to(**on), sin.to(**on)).cpu() - reference_rotary(x, cos, sin),
+        "scaled_add (Pallas)": scaled_add(x.to(**on), y.to(**on), 0.5).cpu() - (x + 0.5 * y),
+    }
+    for name, difference in differences.items():
+        print(f"{name:20s} max |neuron - torch|: {difference.abs().max().item():.2e}")
+    cache, new = torch.zeros(1, 2, 8, 4, **on), torch.randn(1, 2, 3, 4)
     length = cache_write(cache, new.to(**on), torch.tensor(2, **on))
-    print("cache_write valid length:", length.item(), "written:", torch.equal(cache[:, :, 2:5].cpu(), new))
-    y = torch.randn(2, 5, 16)
-    got = scaled_add(x.to(**on), y.to(**on), 0.5).cpu()
-    print("scaled_add (Pallas) max |neuron - torch|:", (got - (x + 0.5 * y)).abs().max().item())
+    print("cache_write          valid length:", length.item(), "written:", torch.equal(cache[:, :, 2:5].cpu(), new))
+    largest = max(d.abs().max().item() for d in differences.values())
+    print(f"kernels vs CPU (PyTorch): largest difference = {largest:.2e}")
 
 
 if __name__ == "__main__":
