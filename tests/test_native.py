@@ -158,6 +158,7 @@ PYTHON_PATH_SLICE = [
 ]
 
 
+@pytest.mark.after_suite
 @pytest.mark.skipif(not NATIVE, reason="this run is already the pure-Python path")
 def test_pure_python_path_slice() -> None:
     """The pure-Python path stays complete: a representative slice of the suite runs on it."""
