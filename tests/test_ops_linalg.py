@@ -24,12 +24,33 @@ ENTRIES = [
     "linalg.inv",
     "linalg.det",
     "linalg.eigh",
+    "linalg.eig",
+    "linalg.eigvals",
+    "linalg.householder_product",
+    "ormqr",
 ]
 
 
 @pytest.mark.parametrize("name", ENTRIES)
 def test_opinfo_float32_forward_backward(name: str) -> None:
     assert check_family(("linalg",), find(name), torch.float32, grad=True, max_samples=3) > 0
+
+
+def test_geqrf_is_lapacks_compact_qr() -> None:
+    assert check_family(("linalg",), find("geqrf"), torch.float64, grad=False, max_samples=3) > 0
+
+
+def test_matrix_exp() -> None:
+    """float64 (forward and backward) equals CPU's. In float32 XLA's Pade approximant and
+    PyTorch's Taylor polynomials each err by up to ~1e-3 relative on OpInfo's batch sample, so
+    there neuron must be at least as close to the float64 result as CPU is."""
+    assert check_family(("linalg",), find("matrix_exp"), torch.float64, grad=True, max_samples=3) > 0
+    for sample in list(find("matrix_exp").sample_inputs("cpu", torch.float32))[:3]:
+        exact = torch.linalg.matrix_exp(sample.input.double())
+        scale = exact.abs().amax((-2, -1), keepdim=True)
+        cpu_error = ((torch.linalg.matrix_exp(sample.input) - exact).abs() / scale).max()
+        dev_error = ((torch.linalg.matrix_exp(sample.input.to("neuron")).cpu() - exact).abs() / scale).max()
+        assert dev_error <= max(cpu_error, 1e-6), (dev_error, cpu_error)
 
 
 @pytest.mark.parametrize("p", [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, float("inf")])

@@ -18,6 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 import torch
 from jax import lax
+from jax._src.lax import linalg as jax_linalg  # geqrf: JAX's LAPACK-form QR has no public name
 from jax.lax import linalg as lax_linalg
 
 from . import lowering
@@ -544,6 +545,57 @@ def svd(
         return empty, s, empty
     u, s, vh = lax_linalg.svd(a, full_matrices=full_matrices, compute_uv=True)
     return u, s, vh
+
+
+@lowering(aten.linalg_eig.default)
+def eig(a: Any) -> tuple[Any, Any]:
+    """LAPACK's geev, as PyTorch CPU calls it (XLA has it on the CPU platform only)."""
+    _linalg_input("linalg.eig", a)
+    values, vectors = jnp.linalg.eig(a)
+    return values, vectors
+
+
+@lowering(aten._linalg_eigvals.default)
+def eigvals(a: Any) -> Any:
+    _linalg_input("linalg.eigvals", a)
+    return jnp.linalg.eigvals(a)
+
+
+@lowering(aten.linalg_matrix_exp.default)
+def matrix_exp(a: Any) -> Any:
+    _linalg_input("linalg.matrix_exp", a)
+    return jax.scipy.linalg.expm(a)
+
+
+# ---- Householder form: geqrf, householder_product (orgqr), ormqr ---------------------------
+
+
+@lowering(aten.geqrf.default)
+def geqrf(a: Any) -> tuple[Any, Any]:
+    """QR in LAPACK's compact form: R above the diagonal, the reflectors below, and their scales."""
+    _linalg_input("geqrf", a, square=False)
+    return jax_linalg.geqrf(a)
+
+
+@lowering(aten.linalg_householder_product.default, aten.orgqr.default)
+def householder_product(a: Any, tau: Any) -> Any:
+    _linalg_input("torch.linalg.householder_product", a, square=False)
+    if a.shape[-2] < a.shape[-1]:
+        raise RuntimeError(
+            "torch.linalg.householder_product: input.shape[-2] must be greater than or equal to input.shape[-1]"
+        )
+    if tau.shape[-1] > a.shape[-1]:
+        raise RuntimeError(
+            "torch.linalg.householder_product: input.shape[-1] must be greater than or equal to tau.shape[-1]"
+        )
+    return lax_linalg.householder_product(a, tau)
+
+
+@lowering(aten.ormqr.default)
+def ormqr(a: Any, tau: Any, other: Any, left: bool = True, transpose: bool = False) -> Any:
+    if a.ndim < 2:
+        raise RuntimeError("torch.ormqr: input must have at least 2 dimensions.")
+    return lax_linalg.ormqr(a, tau, other, left=left, transpose=transpose)
 
 
 def _triangular(a: Any, b: Any, *, upper: bool, left: bool, unit: bool, transpose: bool = False) -> Any:
