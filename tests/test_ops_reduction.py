@@ -409,3 +409,9 @@ def test_out_variants() -> None:
 
     with fallback_disabled():
         check(with_out, x)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.int64, torch.int8, torch.bool])
+def test_hash_tensor_matches_cpu_bit_for_bit(dtype: torch.dtype) -> None:
+    with fallback_disabled():
+        assert check_op(find("hash_tensor"), dtype) > 0

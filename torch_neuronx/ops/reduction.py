@@ -375,3 +375,19 @@ def _nan(v: Any) -> Any:
 
 lowering(aten._cummax_helper.default)(_running(lambda a, b: _nan(b) | (~_nan(a) & (b >= a)), "cummax()"))
 lowering(aten._cummin_helper.default)(_running(lambda a, b: _nan(b) | (~_nan(a) & (b <= a)), "cummin()"))
+
+
+# ---- hash_tensor ----------------------------------------------------------------------------
+
+
+@lowering(aten.hash_tensor.default)
+def hash_tensor(x: Any, dim: Dim = (), keepdim: bool = False, mode: int = 0) -> Any:
+    """mode 0, the only one: XOR of the elements' bits as uint64, floating values widened to
+    float64 and integers (and bool) to int64 first."""
+    if mode != 0:
+        raise RuntimeError(f"hash_tensor only support mode=0 (xor_sum), but got mode={mode}")
+    wide = jnp.float64 if jnp.issubdtype(x.dtype, jnp.floating) else jnp.int64
+    bits = jax.lax.bitcast_convert_type(x.astype(wide), jnp.uint64)
+    dims = axes(x.ndim, dim, "hash_tensor()")
+    hashed = jax.lax.reduce(bits, jnp.uint64(0), jax.lax.bitwise_xor, dims)
+    return jnp.expand_dims(hashed, dims) if keepdim else hashed
