@@ -351,3 +351,28 @@ def test_bad_input_errors_name_op_dtype_device() -> None:
             torch.ops.aten._softmax(x, 3, False)
         with pytest.raises(RuntimeError, match=r"native_group_norm \(torch.float32 on neuron\).*divisible"):
             torch.ops.aten.native_group_norm(x, None, None, 2, 3, 4, 2, 1e-5)
+
+
+@pytest.mark.parametrize(
+    "shape, kernel, output",
+    [((2, 3, 9, 11), (2, 3), (4, 5)), ((3, 8, 10), (2, 3), (5, 4)), ((2, 2, 7, 6, 9), (2, 2, 3), (3, 4, 5))],
+    ids=["2d", "2d-unbatched", "3d"],
+)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_fractional_max_pool_matches_cpu(shape: tuple, kernel: tuple, output: tuple, dtype: torch.dtype) -> None:
+    """Given the same random samples (PyTorch draws them from the device's generator otherwise),
+    the windows, maxima, indices and gradients equal CPU's."""
+    nd = len(kernel)
+    pool = torch.nn.functional.fractional_max_pool2d if nd == 2 else torch.nn.functional.fractional_max_pool3d
+    x = torch.randn(shape, dtype=dtype)
+    samples = torch.rand(shape[0] if len(shape) == nd + 2 else 1, shape[-nd - 1], nd, dtype=dtype)
+    grad = torch.randn((*shape[:-nd], *output), dtype=dtype)
+
+    def run(x: torch.Tensor, samples: torch.Tensor, grad: torch.Tensor) -> list:
+        x = x.requires_grad_()
+        values, indices = pool(x, kernel, output_size=output, return_indices=True, _random_samples=samples)
+        values.backward(grad)
+        return [values.detach(), indices, x.grad]
+
+    with fallback_disabled():
+        check(run, x, samples, grad)

@@ -380,6 +380,76 @@ lowering(aten.adaptive_max_pool2d_backward.default)(_adaptive_max_backward(2))
 lowering(aten.adaptive_max_pool3d_backward.default)(_adaptive_max_backward(3))
 
 
+# ---- fractional max pooling ---------------------------------------------------------------
+
+
+def _fractional_starts(samples: Any, size: int, out: int, kernel: int, dtype: Any) -> Any:
+    """Window starts along one dim, per plane, as PyTorch's generate_intervals computes them (in
+    the input's float type): `int((i + u) * alpha) - int(u * alpha)`, alpha = (size - kernel) /
+    (out - 1), the last window flush with the end."""
+    u = samples.astype(dtype)[..., None]
+    alpha = jnp.asarray((size - kernel) / (out - 1) if out > 1 else 0.0, dtype)
+    i = jnp.arange(out, dtype=dtype)
+    starts = ((i + u) * alpha).astype(jnp.int64) - (u * alpha).astype(jnp.int64)
+    return starts.at[..., out - 1].set(size - kernel)
+
+
+def _fractional_max(nd: int) -> Callable[..., Any]:
+    def fractional_max_pool(x: Any, kernel_size: Sequence[int], output_size: Sequence[int], samples: Any) -> Any:
+        batched = x.ndim == nd + 2
+        x = x if batched else x[None]
+        kernel, out = per_dim(kernel_size, nd), per_dim(output_size, nd)
+        size = x.shape[2:]
+        for d in range(nd):
+            if out[d] + kernel[d] - 1 > size[d]:
+                raise RuntimeError(
+                    f"fractional_max_pool{nd}d_out(): pool {'thw'[d + 3 - nd] if nd == 3 else 'hw'[d]} ({kernel[d]}) "
+                    f"too large relative to input ({size[d]}) and output ({out[d]})"
+                )
+        compute = x.dtype if x.dtype in (jnp.float32, jnp.float64) else jnp.float32
+        y, flat = x, 0
+        # PyTorch's samples are (w, h) per plane in 2-d but (t, h, w) in 3-d
+        sample_of = (1, 0) if nd == 2 else (0, 1, 2)
+        for d in range(nd):
+            starts = _fractional_starts(samples[..., sample_of[d]], size[d], out[d], kernel[d], compute)  # [N, C, o]
+            taps = (starts[..., None] + jnp.arange(kernel[d])).reshape(*starts.shape[:2], -1)  # [N, C, o*k]
+            axis = 2 + 2 * d
+            shape = [1] * y.ndim
+            shape[:2], shape[axis] = taps.shape[:2], taps.shape[2]
+            y = jnp.take_along_axis(y, taps.reshape(shape), axis=axis, mode="clip")
+            y = y.reshape(*y.shape[:axis], out[d], kernel[d], *y.shape[axis + 1 :])
+            position = taps.reshape(*taps.shape[:2], *([1] * (2 * d)), out[d], kernel[d], *([1] * (2 * (nd - d - 1))))
+            flat = flat * size[d] + position
+        # y: [N, C, o0, k0, o1, k1, ...] -> [N, C, o0, o1, ..., k0*k1*...]
+        order = [0, 1] + [2 + 2 * d for d in range(nd)] + [3 + 2 * d for d in range(nd)]
+        window = (*x.shape[:2], *out, math.prod(kernel))
+        y = y.transpose(order).reshape(window)
+        flat = jnp.broadcast_to(flat, (*x.shape[:2], *(s for d in range(nd) for s in (out[d], kernel[d])))).transpose(
+            order
+        )
+        choice = jnp.argmax(y, axis=-1)[..., None]
+        values = jnp.take_along_axis(y, choice, axis=-1)[..., 0]
+        index = jnp.take_along_axis(flat.reshape(window), choice, axis=-1)[..., 0]
+        return (values, index) if batched else (values[0], index[0])
+
+    return fractional_max_pool
+
+
+def _fractional_max_backward(nd: int) -> Callable[..., Any]:
+    def fractional_max_pool_backward(
+        grad: Any, x: Any, kernel_size: Sequence[int], output_size: Sequence[int], indices: Any
+    ) -> Any:
+        return _scatter_grad(grad, indices, x.shape, nd)
+
+    return fractional_max_pool_backward
+
+
+lowering(aten.fractional_max_pool2d.default)(_fractional_max(2))
+lowering(aten.fractional_max_pool3d.default)(_fractional_max(3))
+lowering(aten.fractional_max_pool2d_backward.default)(_fractional_max_backward(2))
+lowering(aten.fractional_max_pool3d_backward.default)(_fractional_max_backward(3))
+
+
 # ---- sliding windows as columns ---------------------------------------------------------
 
 
