@@ -376,3 +376,27 @@ def test_fractional_max_pool_matches_cpu(shape: tuple, kernel: tuple, output: tu
 
     with fallback_disabled():
         check(run, x, samples, grad)
+
+
+@pytest.mark.parametrize(
+    "mode, padding, align_corners",
+    [
+        ("bilinear", "zeros", False),
+        ("bilinear", "border", True),
+        ("bilinear", "reflection", False),
+        ("nearest", "reflection", True),
+    ],
+)
+def test_grid_sample_3d_forward_backward(mode: str, padding: str, align_corners: bool) -> None:
+    x = torch.randn(2, 3, 4, 5, 6)
+    grid = torch.rand(2, 3, 4, 2, 3) * 2.4 - 1.2  # some points outside [-1, 1]
+    weights = torch.randn(2, 3, 3, 4, 2)
+
+    def run(x: torch.Tensor, grid: torch.Tensor, weights: torch.Tensor) -> list:
+        x, grid = x.requires_grad_(), grid.requires_grad_()
+        out = nnf.grid_sample(x, grid, mode, padding, align_corners)
+        (out * weights).sum().backward()
+        return [out.detach(), x.grad, grid.grad]
+
+    with fallback_disabled():
+        check(run, x, grid, weights)

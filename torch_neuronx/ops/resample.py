@@ -1,10 +1,14 @@
 """Resampling and rearranging pixels: upsampling (nearest, nearest-exact, linear, bicubic and
-the antialiased filters; 1-, 2- and 3-d, with backward) and pixel and channel shuffles.
+the antialiased filters; 1-, 2- and 3-d, with backward), 3-d grid sampling, and pixel and
+channel shuffles.
 
 Upsampling follows PyTorch's CPU kernels: each axis is resampled in turn, last to first, by
 static source indices and per-output weights, in the input's opmath dtype (the nearest modes
-only gather, in the input's own dtype). The backward is the `jax.vjp` of the forward. Shuffles
-are a reshape and a transpose.
+only gather, in the input's own dtype). The backward is the `jax.vjp` of the forward. Grid
+sampling follows PyTorch's grid_sampler_compute_source_index (unnormalize, then clip for
+"border" or reflect and clip for "reflection") and gathers the 8 trilinear corners or the
+nearest voxel (rounded half to even), taps outside the volume reading 0. Shuffles are a reshape
+and a transpose.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import jax
 import jax.numpy as jnp
 import torch
 
@@ -20,6 +25,75 @@ from . import lowering
 from ._common import linear_vjp, opmath_dtype
 
 aten = torch.ops.aten
+
+
+# ---- grid sampling (3-d) ---------------------------------------------------------------------
+
+_BILINEAR, _NEAREST = 0, 1
+_ZEROS, _BORDER, _REFLECTION = 0, 1, 2
+
+
+def _reflect(x: Any, twice_low: int, twice_high: int) -> Any:
+    if twice_low == twice_high:
+        return jnp.zeros_like(x)
+    low, span = twice_low / 2, (twice_high - twice_low) / 2
+    x = jnp.abs(x - low)
+    extra, flips = jnp.fmod(x, span), jnp.floor(x / span)
+    return jnp.where(flips % 2 == 0, extra + low, span - extra + low)
+
+
+def _source_index(coord: Any, size: int, padding: int, align_corners: bool) -> Any:
+    """Where a normalized grid coordinate in [-1, 1] falls in an axis of `size` voxels."""
+    x = (coord + 1) / 2 * (size - 1) if align_corners else ((coord + 1) * size - 1) / 2
+    if padding == _REFLECTION:
+        x = _reflect(x, 0, 2 * (size - 1)) if align_corners else _reflect(x, -1, 2 * size - 1)
+    if padding in (_BORDER, _REFLECTION):
+        x = jnp.clip(x, 0, size - 1)
+    return x
+
+
+@lowering(aten.grid_sampler_3d.default)
+def grid_sampler_3d(x: Any, grid: Any, interpolation_mode: int, padding_mode: int, align_corners: bool) -> Any:
+    if interpolation_mode not in (_BILINEAR, _NEAREST):
+        raise RuntimeError("grid_sampler(): bicubic interpolation only supports 4D input")
+    n, c, depth, height, width = x.shape
+    compute = opmath_dtype(x)
+    g = grid.astype(compute)
+    sizes = (width, height, depth)  # the grid's last dim is (x, y, z)
+    coords = [_source_index(g[..., i], sizes[i], padding_mode, align_corners) for i in range(3)]
+    flat = x.reshape(n, c, -1).astype(compute)
+    points = grid.shape[1:4]
+
+    def tap(ix: Any, iy: Any, iz: Any) -> Any:
+        inside = (ix >= 0) & (ix < width) & (iy >= 0) & (iy < height) & (iz >= 0) & (iz < depth)
+        index = (jnp.clip(iz, 0, depth - 1) * height + jnp.clip(iy, 0, height - 1)) * width + jnp.clip(ix, 0, width - 1)
+        values = jnp.take_along_axis(flat, index.reshape(n, 1, -1).astype(jnp.int64), axis=2)
+        return jnp.where(inside.reshape(n, 1, -1), values, 0)
+
+    if interpolation_mode == _NEAREST:
+        out = tap(*(jnp.round(v).astype(jnp.int64) for v in coords))
+    else:
+        low = [jnp.floor(v) for v in coords]
+        frac = [v - lo for v, lo in zip(coords, low)]
+        low = [lo.astype(jnp.int64) for lo in low]
+        out = 0
+        for corner in range(8):
+            bits = [(corner >> i) & 1 for i in range(3)]
+            weight = 1
+            for i, bit in enumerate(bits):
+                weight = weight * (frac[i] if bit else 1 - frac[i])
+            out = out + tap(*(low[i] + bits[i] for i in range(3))) * weight.reshape(n, 1, -1)
+    return out.reshape(n, c, *points).astype(x.dtype)
+
+
+@lowering(aten.grid_sampler_3d_backward.default)
+def grid_sampler_3d_backward(
+    grad: Any, x: Any, grid: Any, interpolation_mode: int, padding_mode: int, align_corners: bool, output_mask: Any
+) -> tuple[Any, Any]:
+    _, pullback = jax.vjp(
+        lambda x, grid: grid_sampler_3d(x, grid, interpolation_mode, padding_mode, align_corners), x, grid
+    )
+    return pullback(grad)
 
 
 # ---- upsampling -------------------------------------------------------------------------
