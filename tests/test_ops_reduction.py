@@ -415,3 +415,32 @@ def test_out_variants() -> None:
 def test_hash_tensor_matches_cpu_bit_for_bit(dtype: torch.dtype) -> None:
     with fallback_disabled():
         assert check_op(find("hash_tensor"), dtype) > 0
+
+
+@pytest.mark.parametrize("reduce", ["sum", "mean", "max", "min", "prod"])
+@pytest.mark.parametrize("initial", [None, 2.5])
+def test_segment_reduce_forward_backward(reduce: str, initial: float | None) -> None:
+    """Empty segments, ties (max/min share the gradient), a zero (prod), positions past the last
+    segment (unsafe), lengths and offsets, and a batched axis."""
+    data = torch.tensor([1.0, 3.0, 3.0, 2.0, 0.0, 5.0, 4.0, 7.0], dtype=torch.float64)
+    lengths = torch.tensor([3, 0, 2, 2])
+    offsets = torch.cat([torch.zeros(1, dtype=torch.long), lengths.cumsum(0)])
+    batched, batched_lengths = torch.arange(12.0, dtype=torch.float64).reshape(2, 6), torch.tensor([[2, 4], [3, 0]])
+
+    def run(data: torch.Tensor, lengths: torch.Tensor, offsets: torch.Tensor, batched: torch.Tensor, bl: torch.Tensor):
+        outs, inputs = [], [data.requires_grad_(), batched.requires_grad_()]
+        for x, kwargs in [
+            (data, {"lengths": lengths}),
+            (data, {"offsets": offsets}),
+            (batched, {"lengths": bl, "axis": 1}),
+        ]:
+            outs.append(torch.segment_reduce(x, reduce, unsafe=True, initial=initial, **kwargs))
+        grads = torch.autograd.grad(
+            [o for o in outs],
+            inputs,
+            [torch.arange(1.0, o.numel() + 1, dtype=o.dtype, device=o.device).view_as(o) for o in outs],
+        )
+        return [o.detach() for o in outs] + list(grads)
+
+    with fallback_disabled():
+        check(run, data, lengths, offsets, batched, batched_lengths)

@@ -9,6 +9,7 @@ casting to PyTorch's result dtype: `sum`/`prod`/`cumsum` of integers or bool giv
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -391,3 +392,117 @@ def hash_tensor(x: Any, dim: Dim = (), keepdim: bool = False, mode: int = 0) -> 
     dims = axes(x.ndim, dim, "hash_tensor()")
     hashed = jax.lax.reduce(bits, jnp.uint64(0), jax.lax.bitwise_xor, dims)
     return jnp.expand_dims(hashed, dims) if keepdim else hashed
+
+
+# ---- segment_reduce -------------------------------------------------------------------------
+
+_SEGMENT_REDUCTIONS = ("sum", "mean", "max", "min", "prod")
+
+
+class _Segments:
+    """Which segment each position along `axis` falls in, for data [*batch, L, *inner] and
+    lengths (or offsets) [*batch, S(+1)]: the data as [B, L, *inner] and global segment ids
+    [B, L] into B * (S + 1) segments, the last of each row collecting positions past the end."""
+
+    def __init__(self, data: Any, lengths: Any, offsets: Any, axis: int) -> None:
+        if lengths is None and offsets is None:
+            raise RuntimeError("segment_reduce(): Either lengths or offsets must be defined")
+        if offsets is None:
+            ends = jnp.cumsum(lengths, axis=-1)
+            self.counts = lengths
+        else:
+            ends, self.counts = offsets[..., 1:], jnp.diff(offsets, axis=-1)
+        self.batch, self.count = data.shape[:axis], self.counts.shape[-1]
+        rows, length = math.prod(self.batch), data.shape[axis]
+        self.inner = data.shape[axis + 1 :]
+        self.data = data.reshape(rows, length, *self.inner)
+        local = (ends.reshape(rows, self.count, 1) <= jnp.arange(length)).sum(-2)  # [B, L]
+        self.ids = (jnp.arange(rows)[:, None] * (self.count + 1) + local).reshape(-1)
+        self.total = rows * (self.count + 1)
+
+    def reduce(self, fn: Callable[..., Any], values: Any) -> Any:
+        """Per segment [*batch, S, *inner]."""
+        out = fn(values.reshape(-1, *self.inner), self.ids, num_segments=self.total)
+        return out.reshape(-1, self.count + 1, *self.inner)[:, :-1].reshape(*self.batch, self.count, *self.inner)
+
+    def spread(self, per_segment: Any) -> Any:
+        """Per position [B, L, *inner]: its segment's value (0 past the end)."""
+        padded = jnp.pad(
+            per_segment.reshape(-1, self.count, *self.inner), [(0, 0), (0, 1)] + [(0, 0)] * len(self.inner)
+        )
+        return padded.reshape(-1, *self.inner)[self.ids].reshape(self.data.shape)
+
+    def counts_like(self, per_segment: Any) -> Any:
+        """The segments' lengths, shaped and typed as `per_segment` [*batch, S, *inner]."""
+        counts = self.counts.reshape(*self.counts.shape, *([1] * len(self.inner))).astype(per_segment.dtype)
+        return jnp.broadcast_to(counts, per_segment.shape)
+
+
+def _segment_args(reduce: str, indices: Any = None) -> None:
+    if indices is not None:
+        raise RuntimeError("segment_reduce(): indices based reduction is not supported yet.")
+    if reduce not in _SEGMENT_REDUCTIONS:
+        raise RuntimeError(f"segment_reduce(): reduction {reduce} is not supported")
+
+
+@lowering(aten.segment_reduce.default)
+def segment_reduce(
+    data: Any,
+    reduce: str,
+    lengths: Any = None,
+    indices: Any = None,
+    offsets: Any = None,
+    axis: int = 0,
+    unsafe: bool = False,
+    initial: Any = None,
+) -> Any:
+    _segment_args(reduce, indices)
+    segments = _Segments(data, lengths, offsets, wrap_dim(axis, data.ndim))
+    values = segments.data
+    if reduce in ("sum", "mean"):
+        total = segments.reduce(jax.ops.segment_sum, values)
+        total = total if initial is None else total + initial
+        if reduce == "sum":
+            return total.astype(data.dtype)
+        counts = segments.counts_like(total)
+        empty = jnp.nan if initial is None else initial
+        return jnp.where(counts == 0, empty, total / counts).astype(data.dtype)
+    fn = {"max": jax.ops.segment_max, "min": jax.ops.segment_min, "prod": jax.ops.segment_prod}[reduce]
+    out = segments.reduce(fn, values)
+    if initial is not None:
+        out = {"max": jnp.maximum, "min": jnp.minimum, "prod": jnp.multiply}[reduce](out, initial)
+    return out.astype(data.dtype)
+
+
+@lowering(aten._segment_reduce_backward.default)
+def segment_reduce_backward(
+    grad: Any,
+    output: Any,
+    data: Any,
+    reduce: str,
+    lengths: Any = None,
+    offsets: Any = None,
+    axis: int = 0,
+    initial: Any = None,
+) -> Any:
+    """sum: the segment's gradient; mean: divided by the count; max/min: shared equally by the
+    elements equal to the result; prod: times the product of the others (initial included)."""
+    _segment_args(reduce)
+    axis = wrap_dim(axis, data.ndim)
+    segments = _Segments(data, lengths, offsets, axis)
+    values, g = segments.data, segments.spread(grad)
+    if reduce == "mean":
+        g = segments.spread(grad / jnp.maximum(segments.counts_like(grad), 1))
+    elif reduce in ("max", "min"):
+        hit = (values == segments.spread(output)).astype(grad.dtype)
+        ties = segments.spread(segments.reduce(jax.ops.segment_sum, hit))
+        g = jnp.where(hit > 0, g / jnp.maximum(ties, 1), 0)
+    elif reduce == "prod":
+        zero = values == 0
+        zeros = segments.spread(segments.reduce(jax.ops.segment_sum, zero.astype(jnp.int64)))
+        others = segments.reduce(jax.ops.segment_prod, jnp.where(zero, 1, values))
+        others = segments.spread(others if initial is None else others * initial)
+        g = jnp.where(
+            zero, jnp.where(zeros == 1, g * others, 0), g * segments.spread(output) / jnp.where(zero, 1, values)
+        )
+    return g.reshape(data.shape).astype(data.dtype)
