@@ -141,3 +141,23 @@ def test_multinomial_out_dtype_is_checked_before_sampling():
     with pytest.raises(RuntimeError, match="multinomial expects Long tensor out, got: Double"):
         torch.multinomial(torch.ones(1, 2, dtype=torch.float64, device="neuron"), 2, out=out)
     assert out.cpu().eq(7).all()
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda: torch.eye(3, device="neuron").to_sparse(),
+        lambda: torch.eye(3, device="neuron").to_sparse_csr(),
+        lambda: torch.eye(3).to_sparse().to("neuron"),
+        lambda: torch.sparse_coo_tensor(
+            torch.tensor([[0, 1], [1, 0]]), torch.tensor([1.0, 2.0]), (2, 2), device="neuron"
+        ),
+        lambda: torch.eye(3).to_sparse_csr().to("neuron").to_dense(),  # a compressed one is refused on first use
+        lambda: torch.eye(3).to_sparse_csr().to("neuron") @ torch.ones(3, 1, device="neuron"),
+    ],
+    ids=["to_sparse", "to_sparse_csr", "coo-to-neuron", "coo-factory", "csr-to_dense", "csr-matmul"],
+)
+def test_sparse_layouts_are_refused_with_what_to_do(call):
+    with pytest.raises(NotImplementedError, match="sparse layouts are not supported on the neuron device: keep"):
+        call()
+    assert torch.equal((torch.ones(2, device="neuron") + 1).cpu(), torch.full((2,), 2.0))

@@ -9,6 +9,7 @@ which calls back into `_dispatch` only for what it does not serve itself.
 
 from __future__ import annotations
 
+import functools
 import threading
 from typing import Any
 
@@ -49,6 +50,35 @@ def _dispatch(op: torch._ops.OpOverload, *args: Any, **kwargs: Any) -> Any:
     if kernel is None:
         kernel = _kernel_for(op)
     return kernel(*args, **kwargs)
+
+
+SPARSE_REFUSED = (
+    "sparse layouts are not supported on the neuron device: keep sparse tensors on CPU, and convert "
+    "them with .to_dense() on CPU before moving them to neuron"
+)
+
+
+# What makes a sparse tensor from dense neuron ones: a compressed (CSR, ...) tensor is assembled
+# by composites from dense parts, never reaching a sparse dispatch key, and would come out broken.
+_SPARSE_MAKERS = (
+    "_to_sparse",
+    "_to_sparse.sparse_dim",
+    "_to_sparse_csr",
+    "_to_sparse_csc",
+    "_to_sparse_bsr",
+    "_to_sparse_bsc",
+    "_sparse_compressed_tensor_unsafe",
+    "_sparse_csr_tensor_unsafe",
+    "_sparse_csc_tensor_unsafe",
+    "_sparse_bsr_tensor_unsafe",
+    "_sparse_bsc_tensor_unsafe",
+)
+
+
+def _refuse_sparse(op: Any, *args: Any, **kwargs: Any) -> Any:
+    """Every op on a sparse neuron tensor, and every op making one (as `.to("neuron")` of a sparse
+    CPU tensor does): PyTorch's own error would name a `Sparseneuron` backend, or none at all."""
+    raise NotImplementedError(f"neuron: {op}: {SPARSE_REFUSED}")
 
 
 def _kernel_for(op: torch._ops.OpOverload) -> Any:
@@ -94,6 +124,12 @@ def register() -> None:
     storage.register()
     fallback = torch.library.Library("_", "IMPL")
     fallback.fallback(_dispatch, "PrivateUse1")
+    sparse, sparse_makers = torch.library.Library("_", "IMPL"), torch.library.Library("aten", "IMPL")
+    for key in ("SparsePrivateUse1", "SparseCsrPrivateUse1"):
+        sparse.fallback(_refuse_sparse, key)
+    for name in _SPARSE_MAKERS:
+        sparse_makers.impl(name, functools.partial(_refuse_sparse, f"aten.{name}"), "PrivateUse1")
+    _libraries.extend([sparse, sparse_makers])
     overrides = torch.library.Library("aten", "IMPL")
     for name in _overridden():
         overrides.impl(name, _bound(name), "PrivateUse1")
