@@ -54,6 +54,15 @@ def test_scalars_change_without_stale_results(scalar: object) -> None:
     assert torch.equal((d * -0.0).cpu().signbit(), (x * -0.0).signbit())
 
 
+def test_complex_and_real_scalars_do_not_share_an_executable() -> None:
+    """A complex Python scalar is a complex executable input: a call with a real one after it
+    needs its own executable (it used to hit the complex one and fail JAX's argument check)."""
+    x = torch.arange(4.0)
+    d = x.to("neuron")
+    for value in (1 + 0j, 2.5, 2j, -1.0):
+        torch.testing.assert_close((d * value).cpu(), x * value)
+
+
 def test_views_in_place_ops_and_aliases() -> None:
     x = torch.randn(6, 6)
     d = x.to("neuron")

@@ -238,8 +238,10 @@ at::Tensor tensor_on_new_storage(c10::IntArrayRef shape, c10::ScalarType dtype, 
 // Argument kinds, as eager/arguments.py numbers them.
 enum Kind : int8_t { TENSOR, OPT_TENSOR, TENSOR_LIST, SCALAR, STATIC, SCALAR_LIST };
 // Key tokens: a tag, then the value's words.
+// T_DYNAMIC is a real executable input, T_DYNAMIC_COMPLEX a complex one: an executable traced
+// for one cannot take the other.
 enum Tag : int64_t { T_NONE = 1, T_TENSOR, T_SLOT, T_UNWRITTEN, T_CPU0, T_DYNAMIC, T_DOUBLE, T_INT, T_BOOL,
-                     T_STRING, T_DEVICE, T_LIST };
+                     T_STRING, T_DEVICE, T_LIST, T_DYNAMIC_COMPLEX };
 
 struct Key {
   c10::SmallVector<int64_t, 40> words;
@@ -343,7 +345,7 @@ bool key_tensor(const at::Tensor& t, Inputs& in) {
     if (t.unsafeGetTensorImpl()->is_wrapped_number()) {  // reaches Python as the number itself
       c10::Scalar number = cpu_scalar(t);
       if (number.isFloatingPoint() || number.isComplex()) {
-        in.key.add(T_DYNAMIC);
+        in.key.add(number.isComplex() ? T_DYNAMIC_COMPLEX : T_DYNAMIC);
         in.scalars.push_back(scalar_input(number, c10::ScalarType::Undefined));
       } else {
         in.key.add(number.isBoolean() ? T_BOOL : T_INT);
@@ -402,7 +404,7 @@ bool key_value(const c10::IValue& v, Kind kind, Inputs& in) {
   }
   if (v.isComplexDouble()) {
     if (!dynamic) return false;
-    in.key.add(T_DYNAMIC);
+    in.key.add(T_DYNAMIC_COMPLEX);
     in.scalars.push_back(scalar_input(v.toComplexDouble(), c10::ScalarType::Undefined));
     return true;
   }

@@ -24,7 +24,7 @@ from torch._prims_common import is_non_overlapping_and_dense_or_false as is_non_
 
 from .. import ops
 from ..ops import Lowering, is_mutating
-from ..ops._common import scalar_type_name
+from ..ops._common import scalar_type_name, type_meta_name
 from ..ops._dtypes import jax_dtype, torch_dtype
 from ..runtime import checks, native
 from . import metrics
@@ -230,6 +230,7 @@ class OutKernel:
         self.input_names = [op._schema.arguments[i].name for i in self.inputs]
         base = op._schema.name.removeprefix("aten::")
         self.exact_dtype, self.exact_alias_ok = base in _EXACT_DTYPE_OUT, base not in _NO_ALIAS_OUT
+        self.structured = bool({base, f"{base}.{op._overloadname}"} & _STRUCTURED_OUT)
         self.base, self.out_dtype = base, _OUT_DTYPE.get(base)
         self.twin = kernel_for(twin)
 
@@ -245,21 +246,40 @@ class OutKernel:
             call_kwargs["dtype"] = outs[0].dtype
         result = this.twin(**call_kwargs)
         results = result if isinstance(result, (tuple, list)) else (result,)
+        for out, value in zip(outs, results):  # every out is checked before any is written
+            this.check_dtype(value.dtype, out.dtype)
         for out, value in zip(outs, results):
-            if this.exact_dtype and value.dtype != out.dtype:
-                got, want = scalar_type_name(value.dtype), scalar_type_name(out.dtype)
-                raise RuntimeError(
-                    f"neuron: {this.name}: Expected the dtype for input and out to match, but got {got} for input's "
-                    f"dtype and {want} for out's dtype."
-                )
-            _check_cast(value.dtype, out.dtype, this.name)
             if out.shape != value.shape:
                 out.resize_(value.shape)
             out.copy_(value)
         return outs[0] if len(outs) == 1 else tuple(outs)
 
+    def check_dtype(this, result: torch.dtype, out: torch.dtype) -> None:  # noqa: N805 - as __call__
+        if this.exact_dtype and result != out:
+            got, want = scalar_type_name(result), scalar_type_name(out)
+            raise RuntimeError(
+                f"neuron: {this.name}: Expected the dtype for input and out to match, but got {got} for input's "
+                f"dtype and {want} for out's dtype."
+            )
+        if this.structured and result != out:
+            want, got = type_meta_name(result), type_meta_name(out)
+            raise RuntimeError(f"neuron: {this.name}: Expected out tensor to have dtype {want}, but got {got} instead")
+        _check_cast(result, out, this.name)
+
 
 _EXACT_DTYPE_OUT = {"amax", "amin"}  # out= must have the input's dtype, no casting
+# Structured kernels that fix their outputs' dtype (not from `out`, as TensorIterator ops and
+# sum/mean/cumsum do): their generated out= wrapper refuses any other dtype (resize_out). By
+# schema name, or name.overload where other overloads of the name allow casting (max.out).
+_STRUCTURED_OUT = {
+    "aminmax", "gather", "sort", "topk", "argmax", "argmin", "max.dim_max", "min.dim_min", "scatter", "scatter_add",
+    "scatter_reduce", "index_add", "index_copy", "index_reduce", "mm", "addmm", "bmm", "baddbmm", "addmv", "mv",
+    "_addmm_activation", "tril", "triu", "_softmax", "_log_softmax", "linalg_vector_norm", "norm", "linalg_cross",
+    "nll_loss_forward", "isin", "avg_pool2d", "avg_pool3d", "max_pool2d_with_indices", "adaptive_max_pool2d",
+    "upsample_nearest1d", "upsample_nearest2d", "upsample_nearest3d", "_upsample_nearest_exact1d",
+    "_upsample_nearest_exact2d", "_upsample_nearest_exact3d", "upsample_linear1d", "upsample_bilinear2d",
+    "upsample_trilinear3d", "upsample_bicubic2d",
+}  # fmt: skip
 _OUT_DTYPE = {"multinomial": torch.int64}  # out= must have this dtype, checked before computing
 # out= ops that refuse an `out` sharing any memory with an input, even exactly (PyTorch's
 # assert_no_overlap); the others refuse only a partial overlap, as TensorIterator does.

@@ -163,11 +163,12 @@ class Kernel(ArgumentPlan):
         self.lowering = lowering
         self.cache: dict[tuple, CachedExecutable] = {}
         self.size_cache: dict[tuple, CachedExecutable] = {}
-        # whether the native module may key this op's calls and serve them (module docstring)
+        # whether the native module may key this op's calls and serve them (module docstring);
+        # not where `validate` must see every call's float scalars: a native hit runs no Python
         self.keyed = (
             keyed
             and _NATIVE is not None
-            and not (lowering.random or lowering.size is not None or self.item_returns)
+            and not (lowering.random or lowering.size is not None or lowering.validate or self.item_returns)
             and len(op._schema.returns) == len([r for r in op._schema.returns if "Tensor" in str(r.type)])
         )
 

@@ -59,7 +59,9 @@ class Lowering:
     storable: bool = True
     # Checks the op's arguments on the host before anything runs, raising PyTorch's error: takes
     # the arguments as the lowering does, float scalars as Python numbers (in eager and in a
-    # compiled graph alike), and checks only those; a check on tensor values uses `check`.
+    # compiled graph alike), and checks only those; a check on tensor values uses `check`. Every
+    # call runs it, so the op stays off the native hit path (which runs no Python): keep it to
+    # ops off the hot path.
     validate: Callable[..., None] | None = None
 
 

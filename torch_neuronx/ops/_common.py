@@ -5,7 +5,9 @@
 - errors for arguments a lowering rejects (`fail_unless`, `unsupported`), and PyTorch's error for
   one JAX raised while tracing a lowering (`torch_error`);
 - dims: PyTorch's dim wrapping and its IndexError (`wrap_dim`), per-spatial-dim parameters
-  (`per_dim`).
+  (`per_dim`);
+- scalar conversion: whether a Scalar fits a dtype as `c10::checked_convert` decides
+  (`overflows` for a Python number, `fits` for a traced 0-d value) and its error (`overflow_error`).
 
 Family modules import these from here; this module imports no family module.
 """
@@ -15,6 +17,7 @@ from __future__ import annotations
 import ast
 import functools
 import inspect
+import math
 import os
 import re
 from collections.abc import Callable, Sequence
@@ -110,6 +113,22 @@ def scalar_type_name(dtype: torch.dtype) -> str:
     return torch.empty(0, dtype=dtype).type().removeprefix("torch.").removesuffix("Tensor")
 
 
+# C++ type names (caffe2::TypeMeta) of the dtypes whose name is not `c10::` + the ScalarType's
+_TYPE_META_NAMES = {
+    torch.float32: "float", torch.float64: "double", torch.int64: "long int", torch.int32: "int",
+    torch.int16: "short int", torch.int8: "signed char", torch.uint8: "unsigned char", torch.bool: "bool",
+    torch.uint16: "short unsigned int", torch.uint32: "unsigned int", torch.uint64: "long unsigned int",
+    torch.complex64: "c10::complex<float>", torch.complex128: "c10::complex<double>",
+    torch.complex32: "c10::complex<c10::Half>",
+}  # fmt: skip
+
+
+def type_meta_name(dtype: torch.dtype) -> str:
+    """The name PyTorch prints for a tensor's TypeMeta (`float`, `long int`, `c10::Half`), as
+    in structured kernels' out= checks; not the ScalarType name (`Float`, `Long`, `Half`)."""
+    return _TYPE_META_NAMES.get(dtype) or f"c10::{scalar_type_name(dtype)}"
+
+
 def unsupported(op: str, x: Array, needs: str) -> NoReturn:
     """Reject a dtype the op does not take; `needs` says what it takes."""
     raise RuntimeError(f"neuron: {op} is not supported for {torch_dtype(x)} tensors on the neuron device; {needs}")
@@ -180,3 +199,68 @@ def per_dim(values: Sequence[int], n: int) -> tuple[int, ...]:
     stands for every dim."""
     values = tuple(values)
     return values * n if len(values) == 1 else values
+
+
+# ---- scalar conversion ---------------------------------------------------------------------
+
+# The names `c10::checked_convert` prints: the C++ types of Scalar's accessors (`int8_t`, `int`)
+_ACCESSOR_NAMES = {
+    torch.uint8: "uint8_t", torch.int8: "int8_t", torch.int16: "int16_t", torch.int32: "int", torch.int64: "int64_t",
+    torch.uint16: "uint16_t", torch.uint32: "uint32_t", torch.uint64: "uint64_t",
+}  # fmt: skip
+
+
+def overflow_error(dtype: torch.dtype) -> RuntimeError:
+    name = _ACCESSOR_NAMES.get(dtype) or type_meta_name(dtype)
+    return RuntimeError(f"value cannot be converted to type {name} without overflow")
+
+
+def _limits(dtype: torch.dtype) -> tuple[float, float]:
+    info = torch.finfo(dtype) if dtype.is_floating_point else torch.iinfo(dtype)
+    return float(info.min), float(info.max)
+
+
+def overflows(value: bool | int | float | complex, dtype: torch.dtype) -> bool:
+    """`c10::overflows`: whether a Python number (a Scalar: bool, int64, double or complex
+    double) cannot be converted to `dtype`. A complex value with an imaginary part does not fit a
+    real dtype; infinities and NaN fit a floating dtype; a negative int fits an unsigned dtype
+    where it wraps (-1 is 255 for uint8). bool takes anything."""
+    if dtype == torch.bool or isinstance(value, bool):
+        return False
+    if isinstance(value, complex):
+        if not dtype.is_complex and value.imag != 0:
+            return True
+        return overflows(value.real, dtype) or (dtype.is_complex and overflows(value.imag, dtype))
+    real = dtype.to_real() if dtype.is_complex else dtype
+    low, high = _limits(real)
+    if isinstance(value, int):
+        return value > high or (value < -high if low == 0 else value < low)
+    if math.isnan(value) or math.isinf(value):
+        return not real.is_floating_point
+    return not low <= value <= high
+
+
+def fits(value: Array, dtype: torch.dtype) -> Array:
+    """`not overflows` for a traced 0-d value, read as the Scalar `.item()` gives (int64,
+    double or complex double by its dtype's kind): a traced bool."""
+    source = torch_dtype(value)
+    if dtype == torch.bool or source == torch.bool:
+        return jnp.asarray(True)
+    real = dtype.to_real() if dtype.is_complex else dtype
+    if source.is_complex:
+        parts = (jnp.real(value), jnp.imag(value)) if dtype.is_complex else (jnp.real(value),)
+        ok = jnp.asarray(True) if dtype.is_complex else jnp.imag(value) == 0
+        return functools.reduce(jnp.logical_and, (_fits_real(p, real, False) for p in parts), ok)
+    return _fits_real(value, real, not source.is_floating_point)
+
+
+def _fits_real(value: Array, dtype: torch.dtype, integral: bool) -> Array:
+    low, high = _limits(dtype)
+    if integral:
+        if dtype == torch.int64 or dtype == torch.uint64:
+            return jnp.asarray(True)  # an int64 Scalar: within range, or wraps into uint64
+        v = value.astype(jnp.float64)
+        return (v <= high) & (v >= (-high if low == 0 else low))
+    v = value.astype(jnp.float64)
+    special = (jnp.isnan(v) | jnp.isinf(v)) if dtype.is_floating_point else jnp.asarray(False)
+    return special | ((v >= low) & (v <= high))

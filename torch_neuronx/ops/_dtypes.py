@@ -57,7 +57,8 @@ def jax_dtype(dtype: torch.dtype) -> Any:
 
 
 def torch_dtype(x: Any) -> torch.dtype:
-    return TO_TORCH[np.dtype(x.dtype)]
+    """The torch dtype of a jax array, or of a tensor (what a `validate` receives in eager)."""
+    return x.dtype if isinstance(x.dtype, torch.dtype) else TO_TORCH[np.dtype(x.dtype)]
 
 
 def _as_torch_operand(x: Any) -> Any:
@@ -88,8 +89,8 @@ def cast(x: Any, dtype: torch.dtype) -> Any:
         if type(x) is int and jnp.issubdtype(target, jnp.integer):
             x = np.array(x).astype(target)  # wraps into narrower types, as PyTorch's scalar conversion
         return jnp.asarray(x, dtype=target)
+    if dtype == torch.bool:  # a complex value is true where either part is nonzero
+        return x != 0
     if jnp.issubdtype(x.dtype, jnp.complexfloating) and not dtype.is_complex:
         x = jnp.real(x)
-    if dtype == torch.bool:
-        return x != 0
     return x.astype(target)

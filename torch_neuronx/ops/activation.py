@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import torch
 
 from . import lowering
-from ._common import fail_unless, unsupported
+from ._common import fail_unless, scalar_type_name, unsupported
 from ._dtypes import cast, jax_dtype, promote, torch_dtype
 from .elementwise import is_complex
 
@@ -26,12 +26,13 @@ Array = Any
 
 
 def activation(
-    *ops: Any, tensors: int = 1, integral: bool = False
+    *ops: Any, tensors: int = 1, integral: bool = False, validate: Callable[..., None] | None = None
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Register `fn(*arrays, *params)` for `ops`: the first `tensors` arguments are cast to their
     common computation dtype, float parameters (weak jax scalars) to the same dtype, and the
     result back to the result dtype; static parameters (ints, bools, strings) pass unchanged.
-    Only floating-point (and complex) inputs are accepted unless `integral`."""
+    Only floating-point (and complex) inputs are accepted unless `integral`. `validate` checks
+    the float parameters' values on the host (`Lowering.validate`)."""
 
     def register(fn: Callable[..., Any]) -> Callable[..., Any]:
         def lowered(*args: Any) -> Any:
@@ -43,7 +44,7 @@ def activation(
             out = fn(*(cast(a, compute) for a in arrays), *cast_params)
             return jax.tree_util.tree_map(lambda o: cast(o, result), out)
 
-        lowering(*ops)(lowered)
+        lowering(*ops, validate=validate)(lowered)
         return fn
 
     return register
@@ -112,7 +113,18 @@ def softplus(x: Array, beta: Array = 1, threshold: Array = 20) -> Array:
     return _softplus(x, beta, threshold)
 
 
-@activation(aten.softshrink.default)
+def _shrink_lambda(x: Any, lambd: Any = 0.5) -> None:
+    """softshrink's `validate`: lambda in [0, the input dtype's max] (NaN is not)."""
+    dtype = torch_dtype(x)
+    if dtype.is_floating_point and isinstance(lambd, (int, float)):
+        high = torch.finfo(dtype).max
+        if not 0 <= lambd <= high:
+            raise RuntimeError(
+                f"lambda must be in range [0, {high:g}] for input dtype {scalar_type_name(dtype)}, but found {lambd:g}"
+            )
+
+
+@activation(aten.softshrink.default, validate=_shrink_lambda)
 def softshrink(x: Array, lambd: Array = 0.5) -> Array:
     return jnp.where(x > lambd, x - lambd, jnp.where(x < -lambd, x + lambd, x * 0))
 

@@ -21,8 +21,8 @@ import jax.scipy.special as jss
 import numpy as np
 import torch
 
-from . import OpOverload, is_mutating, lowering
-from ._common import broadcast_shape, unsupported
+from . import OpOverload, check, is_mutating, lowering
+from ._common import broadcast_shape, fits, overflow_error, overflows, unsupported
 from ._dtypes import (
     ALWAYS_BOOL,
     COMPLEX_TO_FLOAT,
@@ -790,19 +790,48 @@ def where(condition: Any, a: Any, b: Any) -> Any:
     return jnp.where(condition, cast(a, result), cast(b, result))
 
 
-@lowering(aten.masked_fill.Scalar, aten.masked_fill.Tensor)
-def masked_fill(x: Any, mask: Any, value: Any) -> Any:
+def _fill_value(x: Any, mask: Any, value: Any) -> None:
+    """masked_fill's `validate`: the Scalar must convert to `x`'s dtype (`c10::checked_convert`),
+    whatever the mask selects; a complex value with an imaginary part fits no real dtype."""
+    dtype = torch_dtype(x)
+    if isinstance(value, (bool, int, float, complex)) and overflows(value, dtype):
+        raise overflow_error(dtype)
+
+
+def _masked(x: Any, mask: Any, value: Any) -> Any:
     _require_bool("masked_fill", "mask", mask)
-    if hasattr(value, "ndim") and value.ndim != 0:
-        raise RuntimeError(
-            "neuron: masked_fill only supports a 0-dimensional value tensor, "
-            f"but got tensor with {value.ndim} dimension(s)"
-        )
     return jnp.where(mask, cast(value, torch_dtype(x)), x)
 
 
-@lowering(aten.fill.Scalar, aten.fill.Tensor)
+@lowering(aten.masked_fill.Scalar, validate=_fill_value)
+def masked_fill(x: Any, mask: Any, value: Any) -> Any:
+    return _masked(x, mask, value)
+
+
+@lowering(aten.masked_fill.Tensor)
+def masked_fill_tensor(x: Any, mask: Any, value: Any) -> Any:
+    if value.ndim != 0:
+        raise RuntimeError(
+            f"masked_fill_ only supports a 0-dimensional value tensor, but got tensor with {value.ndim} dimension(s)."
+        )
+    # CPU reads the value as a Scalar (`.item()`) and converts it checked; here the check is
+    # deferred (a device-side assert), and `x` is kept where it fails, so nothing is written.
+    ok = fits(value, torch_dtype(x))
+    check(ok, RuntimeError, str(overflow_error(torch_dtype(x))))
+    return jnp.where(ok, _masked(x, mask, value), x)
+
+
+# No `validate` for fill_'s checked conversion of its value: it would keep the op, which
+# torch.full and friends call, off the native hit path.
+@lowering(aten.fill.Scalar)
 def fill(x: Any, value: Any) -> Any:
+    return jnp.full(x.shape, cast(value, torch_dtype(x)))
+
+
+@lowering(aten.fill.Tensor)
+def fill_tensor(x: Any, value: Any) -> Any:
+    if value.ndim != 0:
+        raise RuntimeError(f"fill_ only supports 0-dimension value tensor but got tensor with {value.ndim} dimensions.")
     return jnp.full(x.shape, cast(value, torch_dtype(x)))
 
 

@@ -19,9 +19,9 @@ import torch
 from jax import lax
 
 from . import check, lowering
-from ._common import wrap_dim
+from ._common import scalar_type_name, wrap_dim
 from ._dtypes import cast, torch_dtype
-from .shape import view_geometry, write_view
+from .shape import check_in_bounds, view_geometry, write_view
 
 aten = torch.ops.aten
 
@@ -354,10 +354,47 @@ def _check_source(name: str, self: Any, dim: int, index: Any, source: Any) -> No
         raise RuntimeError(f"{name}: source shape {list(source.shape)} does not match {want} (index along dim {dim})")
 
 
+def _index_func_args(name: str, self: Any, dim: int, index: Any, source: Any) -> None:
+    """index_add_'s and index_reduce_'s checks (PyTorch's index_func_meta_impl), in its order;
+    `dim` is wrapped."""
+    if index.ndim > 1:
+        raise IndexError(
+            f"{name}(): Index is supposed to be a vector, but got dim: {index.ndim} with type: "
+            f"{scalar_type_name(torch_dtype(index))} and size: {list(index.shape)}"
+        )
+    if index.dtype not in (jnp.int64, jnp.int32):
+        raise RuntimeError(
+            f"{name}(): Expected dtype int32/int64 for index but got: {scalar_type_name(torch_dtype(index))}"
+        )
+    if self.dtype != source.dtype:
+        raise RuntimeError(
+            f"{name}(): self ({scalar_type_name(torch_dtype(self))}) and source "
+            f"({scalar_type_name(torch_dtype(source))}) must have the same scalar type"
+        )
+    if dim != 0 and dim >= source.ndim:
+        raise RuntimeError(f"{name}(): Indexing dim {dim} is out of bounds of the source tensor with dim {source.ndim}")
+    if source.ndim == 0 and index.size != 1:
+        # CPU's message for this check reads source.size(dim), which itself fails on a 0-d source
+        raise IndexError(f"Dimension specified as {dim} but tensor has no dimensions")
+    if source.ndim and index.size != source.shape[dim]:
+        raise RuntimeError(
+            f"{name}(): Number of indices ({index.size}) should be equal to source.size(dim): ({source.shape[dim]}), "
+            f"for dim: {dim}"
+        )
+    self_sizes, source_sizes = list(self.shape), list(source.shape)
+    if self.ndim and source.ndim:
+        del self_sizes[dim], source_sizes[dim]
+    if self_sizes != source_sizes:
+        raise RuntimeError(
+            "source tensor shape must match self tensor shape, excluding the specified dimension. Got self.shape = "
+            f"{list(self.shape)} source.shape = {list(source.shape)}"
+        )
+
+
 @lowering(aten.index_add.default)
 def index_add(self: Any, dim: int, index: Any, source: Any, alpha: Any = 1) -> Any:
     dim = wrap_dim(dim, self.ndim)
-    _check_source("index_add()", self, dim, index, source)
+    _index_func_args("index_add_", self, dim, index, source)
     out, key = _along(self, dim, index, _oob(dim, _as_1d(self).shape[dim]), False, RuntimeError)
     values = _as_1d(source)
     if not (isinstance(alpha, int) and alpha == 1):
@@ -390,7 +427,7 @@ def index_fill(self: Any, dim: int, index: Any, value: Any) -> Any:
 @lowering(aten.index_reduce.default)
 def index_reduce(self: Any, dim: int, index: Any, source: Any, reduce: str, include_self: bool = True) -> Any:
     dim = wrap_dim(dim, self.ndim)
-    _check_source("index_reduce_()", self, dim, index, source)
+    _index_func_args("index_reduce_", self, dim, index, source)
     if reduce not in ("prod", "mean", "amax", "amin"):
         raise RuntimeError(f"index_reduce(): Expected reduce to be one of prod, mean, amax or amin but got {reduce}.")
     out, key = _along(self, dim, index, "index out of range in self", False, IndexError)
@@ -487,6 +524,7 @@ def put(self: Any, index: Any, source: Any, accumulate: bool = False) -> Any:
 def _view_scatter(name: str, view: Any) -> Any:
     def lowered(self: Any, src: Any, *args: Any) -> Any:
         geometry = view_geometry(view, self.shape, *args)
+        check_in_bounds(geometry, self)
         if tuple(src.shape) != geometry.shape:
             raise RuntimeError(
                 f"{name}: expected src to have a size equal to the slice of self. src size = "

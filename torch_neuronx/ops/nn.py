@@ -18,8 +18,8 @@ import jax.numpy as jnp
 import torch
 
 from . import check, lowering
-from ._common import fail_unless, is_half, opmath, opmath_dtype, upcast, wrap_dim
-from ._dtypes import cast, jax_dtype, promote
+from ._common import fail_unless, is_half, opmath, opmath_dtype, scalar_type_name, upcast, wrap_dim
+from ._dtypes import cast, jax_dtype, promote, torch_dtype
 
 aten = torch.ops.aten
 NONE, MEAN, SUM = 0, 1, 2  # at::Reduction
@@ -638,7 +638,7 @@ _pointwise_loss(
     aten.huber_loss_backward.default,
 )
 _pointwise_loss(
-    lambda x, t: jnp.log1p(jnp.exp(-t * x)),
+    lambda x, t: jnp.log1p(jnp.exp(-x * t)),  # input first, as CPU, whose broadcast error names it tensor a
     lambda x, t: -t * jnp.exp(-t * x) / (1 + jnp.exp(-t * x)),
     aten.soft_margin_loss.default,
     aten.soft_margin_loss_backward.default,
@@ -723,6 +723,41 @@ lowering(aten.nll_loss_forward.default, aten.nll_loss2d_forward.default)(_nll_fo
 lowering(aten.nll_loss_backward.default, aten.nll_loss2d_backward.default)(_nll_backward)
 
 
+def _margin_input(x: Any) -> tuple[int, int]:
+    """(samples, classes) of a multi(label) margin loss's input: a non-empty vector or a matrix
+    with non-empty rows (PyTorch's *margin_loss_shape_check); a 0-d input is one class."""
+    if not ((x.ndim == 2 and x.shape[1] != 0) or (x.ndim == 1 and x.shape[0] != 0) or x.ndim == 0):
+        raise RuntimeError(
+            f"Expected non-empty vector or matrix with optional 0-dim batch size, but got: {list(x.shape)}"
+        )
+    return (x.shape[0], x.shape[1]) if x.ndim == 2 else (1, x.shape[0] if x.ndim else 1)
+
+
+def _expect_dtype(x: Any, dtype: torch.dtype) -> None:
+    """The error of CPU's typed data access (`data_ptr<int64_t>()`) on a tensor of another dtype."""
+    found = torch_dtype(x)
+    if found != dtype:
+        raise RuntimeError(f"expected scalar type {scalar_type_name(dtype)} but found {scalar_type_name(found)}")
+
+
+def _multi_margin_args(x: Any, target: Any, p: Any, weight: Any) -> None:
+    """multi_margin_loss's checks, in CPU's order; then a deferred check of the target classes."""
+    if p not in (1, 2):
+        raise RuntimeError("only p == 1 and p == 2 supported")
+    samples, classes = _margin_input(x)
+    if target.ndim > 1 or target.size != samples:
+        raise RuntimeError(
+            "multi_margin_loss: target tensor should be 1-D with size equal to the number of input samples (batch "
+            f"size). Expected target size [{samples}], but got {list(target.shape)}. Input has shape {list(x.shape)}."
+        )
+    if weight is not None and (weight.ndim > 1 or weight.size != classes):
+        raise RuntimeError(f"inconsistent weight size, expected {classes} but got {list(weight.shape)}")
+    _expect_dtype(target, torch.int64)
+    if weight is not None:
+        _expect_dtype(weight, torch_dtype(x))
+    check((target >= 0) & (target < classes), RuntimeError, "target out of range")
+
+
 def _multi_margin(x: Any, target: Any, p: Any, margin: Any, weight: Any, reduction: int) -> Any:
     xc = jnp.atleast_2d(x)
     t = jnp.atleast_1d(target)[:, None]
@@ -739,21 +774,39 @@ def _multi_margin(x: Any, target: Any, p: Any, margin: Any, weight: Any, reducti
     return z.mean(1).reshape(target.shape)
 
 
-@lowering(aten.multi_margin_loss.default)
+# `p` is static: CPU takes it as an int (2.9 is 2), and it picks the formula.
+@lowering(aten.multi_margin_loss.default, static=("p",))
 @opmath
 def multi_margin_loss(
     x: Any, target: Any, p: Any = 1, margin: Any = 1, weight: Any = None, reduction: int = MEAN
 ) -> Any:
+    p = int(p)
+    _multi_margin_args(x, target, p, weight)
     return _multi_margin(x, target, p, margin, weight, reduction)
 
 
-@lowering(aten.multi_margin_loss_backward.default)
+@lowering(aten.multi_margin_loss_backward.default, static=("p",))
 @opmath(like="x")
 def multi_margin_loss_backward(
     grad: Any, x: Any, target: Any, p: Any, margin: Any, weight: Any = None, reduction: int = MEAN
 ) -> Any:
+    p = int(p)
+    _multi_margin_args(x, target, p, weight)
     _, vjp = jax.vjp(lambda v: _multi_margin(v, target, p, margin, weight, reduction), x)
     return vjp(grad)[0]
+
+
+def _multilabel_margin_args(x: Any, target: Any) -> None:
+    """multilabel_margin_loss's checks, in CPU's order; then a deferred check of the labels."""
+    samples, classes = _margin_input(x)
+    if x.ndim == 2:
+        fits = tuple(target.shape) == (samples, classes)
+    else:
+        fits = target.ndim <= 1 and target.size == classes
+    if not fits:
+        raise RuntimeError(f"inconsistent target size: {list(target.shape)} for input of size: {list(x.shape)}")
+    _expect_dtype(target, torch.int64)
+    check((target >= -1) & (target < classes), RuntimeError, "argument #2 'target' is out of range")
 
 
 def _multilabel_margin(x: Any, target: Any, reduction: int) -> tuple[Any, Any]:
@@ -779,12 +832,14 @@ def _multilabel_margin(x: Any, target: Any, reduction: int) -> tuple[Any, Any]:
 @lowering(aten.multilabel_margin_loss_forward.default)
 @opmath
 def multilabel_margin_loss_forward(x: Any, target: Any, reduction: int) -> Any:
+    _multilabel_margin_args(x, target)
     return _multilabel_margin(x, target, reduction)
 
 
 @lowering(aten.multilabel_margin_loss_backward.default)
 @opmath(like="x")
 def multilabel_margin_loss_backward(grad: Any, x: Any, target: Any, reduction: int, is_target: Any) -> Any:
+    _multilabel_margin_args(x, target)
     _, vjp = jax.vjp(lambda v: _multilabel_margin(v, target, reduction)[0], x)
     return vjp(grad)[0]
 

@@ -331,11 +331,32 @@ lowering(aten._adaptive_avg_pool2d_backward.default)(_adaptive_avg_backward(2))
 lowering(aten._adaptive_avg_pool3d_backward.default)(_adaptive_avg_backward(3))
 
 
+def _adaptive_max_args(x: Any, output_size: Sequence[int], nd: int) -> None:
+    """The checks of PyTorch's adaptive_max_pool{2,3}d meta functions, in their order; the ATen
+    op takes exactly `nd` output sizes (F.adaptive_max_pool* expands a single int first)."""
+    name, sizes = f"adaptive_max_pool{nd}d()", list(x.shape)
+    if x.ndim not in (nd + 1, nd + 2):
+        raise RuntimeError(f"{name}: Expected {nd + 1}D or {nd + 2}D tensor, but got: {sizes}")
+    for i in range(1, x.ndim):
+        if x.shape[i] == 0:
+            raise RuntimeError(
+                f"{name}: Expected input to have non-zero size for non-batch dimensions, but input has sizes {sizes} "
+                f"with dimension {i} being empty"
+            )
+    if len(output_size) != nd:
+        raise RuntimeError(f"{name}: internal error: output_size.size() must be {nd}")
+    out = [*sizes[:-nd], *output_size]
+    negative = [s for s in out if s < 0]
+    if negative:
+        raise RuntimeError(f"Trying to create tensor with negative dimension {negative[0]}: {out}")
+
+
 def _adaptive_max(nd: int) -> Callable[..., Any]:
     def adaptive_max_pool(x: Any, output_size: Sequence[int]) -> Any:
+        _adaptive_max_args(x, output_size, nd)
         lead = x.ndim - nd
         size = x.shape[lead:]
-        out = per_dim(output_size, nd)
+        out = tuple(output_size)
         # Gather a fixed number of taps per window, repeating the last one in short windows
         # (a repeat never changes the max nor which tap is first).
         y = x

@@ -32,6 +32,8 @@ def axes(ndim: int, dim: Dim, name: str, empty_is_all: bool = True) -> tuple[int
     """The axes a reduction runs over; `dim=None` (and `[]` where PyTorch says so) means all."""
     if dim is None or (empty_is_all and isinstance(dim, Sequence) and len(dim) == 0):
         return tuple(range(ndim))
+    if ndim > 64:  # PyTorch marks the reduced dims in a 64-bit mask (dim_list_to_bitset)
+        raise RuntimeError("only tensors with up to 64 dims are supported")
     dims = [dim] if isinstance(dim, int) else list(dim)
     wrapped: list[int] = []
     for d in dims:
@@ -168,7 +170,13 @@ def min_all(x: Any) -> Any:
 
 @lowering(aten.aminmax.default)
 def aminmax(x: Any, dim: int | None = None, keepdim: bool = False) -> tuple[Any, Any]:
-    return _extremum(jnp.min, "aminmax()")(x, dim, keepdim), _extremum(jnp.max, "aminmax()")(x, dim, keepdim)
+    if dim is None and x.size == 0:
+        raise RuntimeError(
+            "aminmax(): cannot compute aminmax over an empty dimension as the operation has no identity."
+        )
+    dims = axes(x.ndim, dim, "aminmax")
+    nonempty(x, dims, "aminmax")
+    return jnp.min(x, axis=dims, keepdims=keepdim), jnp.max(x, axis=dims, keepdims=keepdim)
 
 
 def _arg(fn: Callable[..., Any], name: str) -> Callable[..., Any]:

@@ -40,6 +40,22 @@ def view_geometry(view: Any, shape: Sequence[int], *args: Any) -> Geometry | lis
     return [Geometry(tuple(r.shape), tuple(r.stride()), r.storage_offset()) for r in result]
 
 
+def check_in_bounds(geometry: Geometry, x: Any) -> None:
+    """A view must lie within the elements of the contiguous `x` it is read from or written to:
+    only as_strided's can fall outside, where PyTorch refuses the geometry (setStorage)."""
+    if 0 in geometry.shape:
+        return
+    itemsize = jnp.dtype(x.dtype).itemsize
+    last = geometry.offset + sum((n - 1) * stride for n, stride in zip(geometry.shape, geometry.strides))
+    needed, available = (last + 1) * itemsize, x.size * itemsize
+    if needed > available:
+        raise RuntimeError(
+            f"setStorage: sizes {list(geometry.shape)}, strides {list(geometry.strides)}, storage offset "
+            f"{geometry.offset}, and itemsize {itemsize} requiring a storage size of {needed} are out of bounds for "
+            f"storage of size {available}"
+        )
+
+
 def read_view(x: Any, geometry: Geometry) -> Any:
     return read(x.reshape(-1), geometry)
 
@@ -53,6 +69,7 @@ def _copy_of(view: Any) -> Callable[..., Any]:
         geometry = view_geometry(view, self.shape, *args)
         if isinstance(geometry, list):
             return [read_view(self, g) for g in geometry]
+        check_in_bounds(geometry, self)
         return read_view(self, geometry)
 
     return lowered
@@ -88,6 +105,29 @@ for _name in _COPIES:
         _copy = getattr(_packet, _overload)
         if _view is not None and not any(a.is_out for a in _copy._schema.arguments):
             lowering(_copy)(_copy_of(_view))
+
+
+@lowering(aten.narrow_copy.default)
+def narrow_copy(self: Any, dim: int, start: int, length: int) -> Any:
+    """narrow's copy, with the checks of CPU's own kernel (narrow_copy_dense_cpu_out), which
+    differ from narrow's: a dim past the end fails a bare TORCH_CHECK, and `start + length` is
+    checked after wrapping `start`."""
+    if self.ndim == 0:
+        raise RuntimeError("narrow() cannot be applied to a 0-dim tensor.")
+    if dim < 0:
+        dim = wrap_dim(dim, self.ndim)
+    elif dim >= self.ndim:
+        raise RuntimeError(
+            "Expected dim < static_cast<int64_t>(self_sizes.size()) to be true, but got false.  (Could this error "
+            "message be improved?  If so, please report an enhancement request to PyTorch.)"
+        )
+    size = self.shape[dim]
+    if not -size <= start <= size:
+        raise IndexError(f"start out of range (expected to be in range of [{-size}, {size}], but got {start})")
+    start = start + size if start < 0 else start
+    if length < 0 or start > size - length:
+        raise RuntimeError(f"start ({start}) + length ({length}) exceeds dimension size ({size}).")
+    return _copy_of(aten.narrow.default)(self, dim, start, length)
 
 
 @lowering(aten.view_copy.dtype)
