@@ -563,6 +563,9 @@ def eigvals(a: Any) -> Any:
 
 @lowering(aten.linalg_matrix_exp.default)
 def matrix_exp(a: Any) -> Any:
+    """XLA's Pade expm; half types computed in float32 (PyTorch CPU takes them too)."""
+    if a.dtype in (jnp.float16, jnp.bfloat16):
+        return matrix_exp(a.astype(jnp.float32)).astype(a.dtype)
     _linalg_input("linalg.matrix_exp", a)
     return jax.scipy.linalg.expm(a)
 
