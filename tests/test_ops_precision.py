@@ -16,6 +16,8 @@ from torch_neuronx import ops
 # Lowerings that compute part of their result in float64 on purpose, and why.
 WIDENS_ON_PURPOSE = {
     "aten.histc.default": "bin edges in float64, then cast, so they fall where CPU's do",
+    "aten.histogram.bin_ct": "outer edges as doubles, as CPU reads min/max with .item<double>()",
+    "aten.hash_tensor.default": "hashes the bits of each value widened to float64, as CPU does",
 }
 
 
