@@ -110,6 +110,8 @@ def _histogramdd(points: Any, edges: Sequence[Any], weight: Any, density: bool) 
 
 
 def _points(x: Any, dims: int, name: str) -> Any:
+    if name == "histogramdd" and (x.ndim == 0 or x.shape[-1] != dims):
+        raise RuntimeError("histogramdd: The size of bins must be equal to the innermost dimension of the input.")
     if not torch_dtype(x).is_floating_point:
         raise RuntimeError(
             f"torch.{name}: input tensor and bins tensors should have the same dtype, but got input {torch_dtype(x)}"

@@ -596,8 +596,13 @@ def householder_product(a: Any, tau: Any) -> Any:
 
 @lowering(aten.ormqr.default)
 def ormqr(a: Any, tau: Any, other: Any, left: bool = True, transpose: bool = False) -> Any:
-    if a.ndim < 2:
-        raise RuntimeError("torch.ormqr: input must have at least 2 dimensions.")
+    if a.ndim < 2 or other.ndim < 2:
+        raise RuntimeError(f"torch.ormqr: {'input' if a.ndim < 2 else 'other'} must have at least 2 dimensions.")
+    side = -2 if left else -1
+    if other.shape[side] != a.shape[-2]:
+        raise RuntimeError(f"torch.ormqr: other.shape[{side}] must be equal to input.shape[-2]")
+    if tau.shape[-1] != min(other.shape[-2], a.shape[-1]):
+        raise RuntimeError("torch.ormqr: tau.shape[-1] must be equal to min(other.shape[-2], input.shape[-1])")
     return lax_linalg.ormqr(a, tau, other, left=left, transpose=transpose)
 
 
