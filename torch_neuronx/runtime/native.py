@@ -32,8 +32,10 @@ def requested() -> bool:
     return os.environ.get("TORCH_NEURONX_NATIVE", "1") not in ("0", "false", "False", "")
 
 
+@functools.cache
 def build_dir() -> Path:
-    """Where this source, torch and Python build to (a new tag whenever one of them changes)."""
+    """Where this source, torch and Python build to (a new tag whenever one of them changes);
+    computed once, since `import torch` asks (`built`) and loading asks again."""
     tag = hashlib.sha256(
         b"\0".join([SOURCE.read_bytes(), torch.__version__.encode(), sys.version.encode(), " ".join(_FLAGS).encode()])
     ).hexdigest()[:16]
