@@ -189,6 +189,23 @@ def test_large_compiled_graph_runs_spread(monkeypatch):
     assert len(spread) == 1
 
 
+def test_large_eager_op_runs_spread_on_every_call(monkeypatch):
+    """A large eager executable (a 1024x1024 matmul) spreads XLA's threads on every call, so
+    its calls stay on the Python path, which does that, rather than the native hit path."""
+    from torch_neuronx.eager import kernel
+    from torch_neuronx.runtime import cores
+
+    spread = []
+    monkeypatch.setattr(cores, "LARGE_FLOPS", 0.0)  # every new executable counts as large
+    monkeypatch.setattr(kernel, "spread_until_ready", spread.append)
+    a, b = torch.randn(5, 7), torch.randn(7, 3)
+    da, db = a.to("neuron"), b.to("neuron")
+    for _ in range(3):
+        out = torch.mm(da, db)
+    torch.testing.assert_close(out.cpu(), a @ b)
+    assert len(spread) == 3
+
+
 def test_host_cores_setting(monkeypatch):
     from torch_neuronx.runtime import cores
 

@@ -39,8 +39,9 @@ from ..ops._common import raised_by_jax, torch_error
 from ..ops._dtypes import TO_TORCH
 from ..ops.geometry import contiguous_strides, numel
 from ..runtime import checks as device_checks
-from ..runtime import native, profiler
+from ..runtime import cores, native, profiler
 from ..runtime.debug import log, module_name
+from ..runtime.platform import spread_until_ready
 from . import executable_store, metrics
 from .arguments import OPT_TENSOR, SCALAR, SCALAR_LIST, STATIC, TENSOR, TENSOR_LIST, ArgumentPlan
 from .storage_io import (
@@ -96,10 +97,11 @@ def _uploaded(t: Any) -> Any:
 class CachedExecutable:
     """One signature's compiled executable and what its outputs are."""
 
-    __slots__ = ("checks", "fn", "mutated_slots", "native_returns", "out_meta", "single", "tree")
+    __slots__ = ("checks", "fn", "large", "mutated_slots", "native_returns", "out_meta", "single", "tree")
 
     def __init__(self) -> None:
         self.fn: Any = None
+        self.large = False  # runs with XLA:CPU's threads on every core (runtime/cores.py)
         self.checks: list = []
         self.out_meta: list = []
         self.tree: Any = None
@@ -165,6 +167,7 @@ class Kernel(ArgumentPlan):
         self.size_cache: dict[tuple, CachedExecutable] = {}
         # whether the native module may key this op's calls and serve them (module docstring);
         # not where `validate` must see every call's float scalars: a native hit runs no Python
+        # (nor for a large executable's calls, which spread XLA's threads: `_remember`)
         self.keyed = (
             keyed
             and _NATIVE is not None
@@ -202,6 +205,7 @@ class Kernel(ArgumentPlan):
                 results = entry.fn(*call.buffers, *call.scalars)
                 if launch:
                     profiler.launched(this.name, launch, results)
+                entry.large = cores.large(entry.fn.cost_analysis())
                 entry.fn = cpp_entry_point(entry.fn)
                 _bounded_insert(this.cache, key, entry)
                 seconds = time.perf_counter() - start
@@ -221,6 +225,8 @@ class Kernel(ArgumentPlan):
                 raise translated from error
             this._name_error(error, call)
             raise
+        if entry.large:
+            spread_until_ready(results)
         made = len(entry.out_meta)
         for slot, buf in zip(entry.mutated_slots, results[made:]):
             call.allocs[slot].buffer = buf
@@ -267,7 +273,11 @@ class Kernel(ArgumentPlan):
         return None if " at 0x" in signature else signature
 
     def _remember(self, entry: CachedExecutable) -> None:
-        """Offer this call's executable to the native module (it keeps it if it keyed the call)."""
+        """Offer this call's executable to the native module (it keeps it if it keyed the call);
+        a large one stays with Python, which spreads XLA's threads while it runs: its launch
+        costs milliseconds, beside which this path's microseconds do not count."""
+        if entry.large:
+            return
         if entry.native_returns is None:
             entry.native_returns = self._native_returns(entry)
         if entry.native_returns is False:
