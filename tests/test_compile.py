@@ -99,6 +99,22 @@ def test_cached_executable_reused() -> None:
     assert s["compiles"] == 1 and s["cache_hits"] == 2 and s["recompiles"] == 0
 
 
+def test_repeated_calls_see_new_values_and_new_storages() -> None:
+    """A hit (keyed natively where the native module runs) reads each call's own storages and
+    float inputs: new values, a different storage of the same shape, a view of a bigger one,
+    and an input it mutates."""
+    fn = compiled(lambda x, s, acc: (acc.add_(x), x * s + 1)[1])
+    acc_cpu, acc = torch.zeros(4, 6), torch.zeros(4, 6, device="neuron")
+    base = torch.randn(8, 6)
+    calls = [(torch.randn(4, 6), 0.5), (torch.randn(4, 6), 2.0), (base[:4], -1.5)] * 2
+    for i, (x, s) in enumerate(calls):
+        out = fn(base.to("neuron")[:4] if x.data_ptr() == base.data_ptr() else x.to("neuron"), s, acc)
+        acc_cpu += x
+        assert_same(x * s + 1, out, 1e-6, 1e-6)
+    assert_same(acc_cpu, acc, 1e-6, 1e-6)
+    assert stats()["cache_hits"] >= 3
+
+
 def _broadcast_operands(x: torch.Tensor, t: torch.Tensor, i: torch.Tensor, b: torch.Tensor) -> tuple:
     """Small values computed in the graph and broadcast by a pointwise op (RoPE's cos/sin
     table, a norm's rsqrt): the backend writes each to its own buffer once."""

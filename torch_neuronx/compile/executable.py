@@ -42,13 +42,14 @@ from ..ops import collecting_checks
 from ..ops._dtypes import jax_dtype, torch_dtype
 from ..ops.geometry import Geometry, contiguous_strides, numel, write
 from ..runtime import checks as device_checks
-from ..runtime import cores, profiler
+from ..runtime import cores, native, profiler
 from ..runtime.debug import log, module_name
 from ..runtime.platform import spread_until_ready
 from . import counters
 from .nodes import Rule, broadcast_operands
 
 _STATIC = "static"
+_NATIVE = native.module()
 
 
 class LoweringError(Exception):
@@ -83,17 +84,28 @@ class Executable:
         targets = _mutation_targets(nodes, rules)
         self.written = [n for n in inputs if n in targets]  # inputs the graph writes
         self.cache: dict[tuple, Compiled] = {}
+        self.native_cache: dict[bytes, Compiled] = {}  # the same entries by the native module's key
         self.last_key: tuple | None = None
 
     def run(self, env: dict) -> None:
+        values = [env[n] for n in self.inputs]
+        keyed = _NATIVE.graph_inputs(values) if _NATIVE is not None else None
+        if keyed is not None:
+            entry = self.native_cache.get(keyed[0])
+            if entry is not None:
+                counters.hit()
+                args = keyed[1]
+                if self.random:
+                    args.extend(rng_inputs(self.random))
+                self._launch(entry, args, keyed[2], env)
+                return
         call = CallInputs()
-        key = [_input_key(env[n], n, call) for n in self.inputs]
-        key.append(tuple(call.unwritten))
-        key = tuple(key)
+        # the held storages' (nbytes, dtype) fix the shapes of the buffers the executable takes
+        key = (*[_input_key(value, n, call) for value, n in zip(values, self.inputs)], tuple(call.held))
+        key = (*key, tuple(call.unwritten))
         if self.random:
             call.scalars.extend(rng_inputs(self.random))
         entry = self.cache.get(key)
-        launch = 0
         if entry is None:
             start = time.perf_counter()
             entry = Compiled()
@@ -106,8 +118,8 @@ class Executable:
             ):
                 compiled = traced.lower(*call.buffers, *call.scalars).compile()
             entry.large = cores.large(compiled.cost_analysis())
-            launch = profiler.now() if profiler.recording() else 0
-            results = compiled(*call.buffers, *call.scalars)
+            entry.fn = compiled
+            self._launch(entry, [*call.buffers, *call.scalars], call.allocs, env)
             entry.fn = cpp_entry_point(compiled)
             if reason is not None:
                 counters.recompile(self.name, reason)
@@ -119,23 +131,28 @@ class Executable:
             log.info("compiled `%s` (%d nodes) in %.2f s", self.name, len(self.nodes), seconds)
         else:
             counters.hit()
-            launch = profiler.now() if profiler.recording() else 0
-            results = entry.fn(*call.buffers, *call.scalars)
+            self._launch(entry, [*call.buffers, *call.scalars], call.allocs, env)
+        if keyed is not None:
+            if len(self.native_cache) >= len(self.cache) * 4:  # a few native keys per entry at most
+                self.native_cache.clear()
+            self.native_cache[keyed[0]] = entry
+
+    def _launch(self, entry: Compiled, args: list, allocs: list, env: dict) -> None:
+        """Run `entry` on `args` and bind its outputs in `env`; `allocs`: the call's storages
+        by slot. The results are the executable's outputs, then the new buffers of the storages
+        it wrote, then its check flags if it has checks."""
+        launch = profiler.now() if profiler.recording() else 0
+        results = entry.fn(*args)
         if launch:
             profiler.launched(f"graph `{self.name}`", launch, results)
         if entry.large:
             spread_until_ready(results)
-        self._finish(entry, call, results, env)
-
-    def _finish(self, entry: Compiled, call: CallInputs, results: tuple, env: dict) -> None:
-        """`results`: the executable's outputs, then the new buffers of the storages it wrote,
-        then its check flags if it has checks."""
         end = len(results)
         if entry.checks:
             end -= 1
             device_checks.defer(results[end], entry.checks, f"compiled graph `{self.name}`")
         for slot, buf in zip(entry.mutated_slots, results[end - len(entry.mutated_slots) : end]):
-            call.allocs[slot].buffer = buf
+            allocs[slot].buffer = buf
         buffers = iter(results)
         for node, (tree, specs) in zip(self.outputs, entry.outputs):
             leaves = [spec[1] if spec[0] == _STATIC else tensor_on_new_storage(*spec, next(buffers)) for spec in specs]
@@ -144,7 +161,7 @@ class Executable:
     # ---- tracing --------------------------------------------------------------------------
 
     def _traceable(self, key: tuple, entry: Compiled, writable: list[int]) -> Callable:
-        unwritten, input_keys = key[-1], key[:-1]
+        unwritten, input_keys = key[-1], key[:-2]
         by_node = dict(zip(self.inputs, input_keys))
 
         def run(buffers: list, scalars: list) -> tuple:
@@ -341,7 +358,7 @@ def describe_change(names: list[Node], old: tuple, new: tuple) -> str:
                 return f"input `{node.name}`: conjugate/negative bits {a[5]} -> {b[5]}"
             return f"input `{node.name}`: now shares its storage with another input"
         return f"input `{node.name}`: {_words(a)} -> {_words(b)}"
-    return "an input storage changed between never-written and written"
+    return "an input storage changed size or dtype, or between never-written and written"
 
 
 def _words(k: Any) -> str:

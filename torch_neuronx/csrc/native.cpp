@@ -24,6 +24,7 @@
 #include <c10/util/SmallVector.h>
 #include <torch/csrc/Dtype.h>
 #include <torch/csrc/DynamicTypes.h>
+#include <torch/csrc/autograd/python_variable.h>
 #include <torch/csrc/jit/python/pybind_utils.h>
 #include <libkineto.h>
 #include <output_base.h>
@@ -445,6 +446,49 @@ bool key_value(const c10::IValue& v, Kind kind, Inputs& in) {
     return true;
   }
   return false;  // generators, storages, symbolic sizes...: Python's path
+}
+
+// A compiled graph's inputs (compile/executable.py), keyed as a keyed call's arguments are: the
+// key's words as bytes, the executable's arguments (the buffers of written storages in slot
+// order, then scalar inputs) and each slot's allocation. None where a value is not one this keys
+// (a CPU tensor, a symbolic or other object): Python keys that call.
+py::object graph_inputs(const py::list& values) {
+  if (!config_ || !memory_) return py::none();  // no device op yet: nothing to key against
+  Inputs in;
+  for (const auto& v : values) {
+    PyObject* o = v.ptr();
+    if (THPVariable_Check(o)) {
+      if (!key_tensor(THPVariable_Unpack(o), in)) return py::none();
+    } else if (o == Py_None) {
+      in.key.add(T_NONE);
+    } else if (PyBool_Check(o)) {
+      in.key.add(T_BOOL);
+      in.key.add(o == Py_True);
+    } else if (PyLong_CheckExact(o)) {
+      int overflow = 0;
+      int64_t value = PyLong_AsLongLongAndOverflow(o, &overflow);
+      if (overflow) return py::none();
+      in.key.add(T_INT);
+      in.key.add(value);
+    } else if (PyFloat_Check(o)) {
+      in.key.add(T_DYNAMIC);
+      in.scalars.push_back(scalar_input(PyFloat_AS_DOUBLE(o), c10::ScalarType::Undefined));
+    } else if (PyComplex_Check(o)) {
+      in.key.add(T_DYNAMIC_COMPLEX);
+      in.scalars.push_back(scalar_input(c10::complex<double>(PyComplex_RealAsDouble(o), PyComplex_ImagAsDouble(o)),
+                                        c10::ScalarType::Undefined));
+    } else {
+      return py::none();
+    }
+  }
+  py::list args, allocs;
+  for (size_t slot = 0; slot < in.allocs.size(); ++slot) {
+    if (!in.allocs[slot]->buffer.is_none()) args.append(in.allocs[slot]->buffer);
+    allocs.append(memory().find(in.addrs[slot]));
+  }
+  for (auto& scalar : in.scalars) args.append(scalar);
+  py::bytes key(reinterpret_cast<const char*>(in.key.words.data()), in.key.words.size() * sizeof(int64_t));
+  return py::make_tuple(std::move(key), std::move(args), std::move(allocs));
 }
 
 // ---- cached executables -----------------------------------------------------------------
@@ -1007,6 +1051,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         []() -> std::unique_ptr<libkineto::IActivityProfiler> { return std::make_unique<ActivityProfiler>(); });
   });
   m.def("register_autograd", &register_autograd, py::arg("namespace"), py::arg("name"), py::arg("kernel"));
+  m.def("graph_inputs", &graph_inputs, py::arg("values"));
   m.def("remember", &remember);
   m.def("forget", &forget);
   m.def("hit_counts", &hit_counts);
