@@ -107,7 +107,7 @@ def test_repeated_calls_see_new_values_and_new_storages() -> None:
     acc_cpu, acc = torch.zeros(4, 6), torch.zeros(4, 6, device="neuron")
     base = torch.randn(8, 6)
     calls = [(torch.randn(4, 6), 0.5), (torch.randn(4, 6), 2.0), (base[:4], -1.5)] * 2
-    for i, (x, s) in enumerate(calls):
+    for x, s in calls:
         out = fn(base.to("neuron")[:4] if x.data_ptr() == base.data_ptr() else x.to("neuron"), s, acc)
         acc_cpu += x
         assert_same(x * s + 1, out, 1e-6, 1e-6)
