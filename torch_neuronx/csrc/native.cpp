@@ -458,7 +458,10 @@ py::object graph_inputs(const py::list& values) {
   for (const auto& v : values) {
     PyObject* o = v.ptr();
     if (THPVariable_Check(o)) {
-      if (!key_tensor(THPVariable_Unpack(o), in)) return py::none();
+      const at::Tensor& t = THPVariable_Unpack(o);
+      // a graph keys a wrapped number as the CPU scalar tensor it is, which Python does
+      if (t.defined() && t.unsafeGetTensorImpl()->is_wrapped_number()) return py::none();
+      if (!key_tensor(t, in)) return py::none();
     } else if (o == Py_None) {
       in.key.add(T_NONE);
     } else if (PyBool_Check(o)) {
