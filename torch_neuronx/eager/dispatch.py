@@ -39,19 +39,26 @@ _LIBRARIES: list[torch.library.Library] = []
 _NATIVE = native.module()
 _TENSOR_OPTIONS = {"dtype", "layout", "device", "pin_memory"}
 _state = threading.local()
+_lowerings_lock = threading.Lock()
 
 
 def kernel_for(op: OpOverload) -> Callable[..., Any]:
     kernel = KERNELS.get(op)
     if kernel is None:
-        kernel = KERNELS[op] = build(op)
+        # threads building the same op at once all use the first kernel stored
+        kernel = KERNELS.setdefault(op, build(op))
     return kernel
 
 
-@functools.cache
 def _lowerings() -> dict[OpOverload, Lowering]:
     """The lowering registry, loaded once. Without the native module, lowered composite
     overloads are routed here now; with it, `connect_native` routes them to its kernel."""
+    with _lowerings_lock:  # threads making their first kernels at once must not route twice
+        return _load_lowerings()
+
+
+@functools.cache
+def _load_lowerings() -> dict[OpOverload, Lowering]:
     lowerings = ops.load()
     if _NATIVE is None:
         library = torch.library.Library("aten", "IMPL")

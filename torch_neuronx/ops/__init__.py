@@ -155,16 +155,21 @@ def collecting_checks() -> Iterator[list]:
 
 
 _loaded = False
+_load_lock = threading.Lock()
 
 
 def load() -> dict[OpOverload, Lowering]:
-    """Import every family module once, then run the `derived` hooks, filling LOWERINGS."""
+    """Import every family module once, then run the `derived` hooks, filling LOWERINGS. Threads
+    whose first device ops come at once wait for one load: a second one would run the hooks again
+    while the first thread is already iterating the registry."""
     global _loaded
     if not _loaded:
-        for info in pkgutil.iter_modules(__path__):
-            if not info.name.startswith("_"):
-                importlib.import_module(f"{__name__}.{info.name}")
-        for derive in _DERIVED:
-            derive()
-        _loaded = True
+        with _load_lock:
+            if not _loaded:
+                for info in pkgutil.iter_modules(__path__):
+                    if not info.name.startswith("_"):
+                        importlib.import_module(f"{__name__}.{info.name}")
+                for derive in _DERIVED:
+                    derive()
+                _loaded = True
     return LOWERINGS
