@@ -56,6 +56,10 @@ def bench(sections: list[str], quick: bool) -> None:
             from torch_neuronx.bench import hf_serving
 
             print(hf_serving.format_results(hf_serving.run(8 if quick else 32)))
+        elif section == "soak":
+            from torch_neuronx.bench import soak
+
+            print(soak.format_results(soak.run(quick)))
         else:
             from torch_neuronx.bench import collectives
 
@@ -64,7 +68,7 @@ def bench(sections: list[str], quick: bool) -> None:
         print(flush=True)
 
 
-BENCH_SECTIONS = ["ops", "compile", "hf", "distributed"]
+BENCH_SECTIONS = ["ops", "compile", "hf", "distributed", "soak"]
 
 
 def cache(action: str | None, max_size: str | None, as_json: bool) -> None:
@@ -109,7 +113,7 @@ def main(argv: list[str] | None = None) -> None:
     sub.add_parser("info", help="platform, device and registry facts")
     demo = sub.add_parser("demo", help="train a small transformer on neuron next to CPU")
     demo.add_argument("--steps", type=int, default=20)
-    ben = sub.add_parser("bench", help="neuron next to PyTorch CPU: eager ops, compile, HF serving, distributed")
+    ben = sub.add_parser("bench", help="neuron next to PyTorch CPU: eager ops, compile, HF serving, distributed; soak")
     ben.add_argument("sections", nargs="*", help=f"any of {', '.join(BENCH_SECTIONS)} (default: all, in this order)")
     ben.add_argument("--quick", action="store_true", help="fewer steps and sizes")
     rep = sub.add_parser("report", help="run a script (default: a short demo) and print device metrics")

@@ -16,6 +16,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -30,25 +31,24 @@ def _sync(device: str) -> None:
         torch.neuron.synchronize()
 
 
-def train_step(
+def make_train_step(
     device: str,
     backend: str | None,
-    steps: int = 5,
     compile_optimizer: bool = False,
     batch: int = 4,
     seq: int = 128,
-    model: str = "tiny",
-) -> dict[str, Any]:
-    """Seconds per AdamW step (forward, backward, step; `loss.item()` each step) after one
-    warm-up step: the median of `steps` steps each synced to the device, and the mean of
-    `steps` more run back to back with one sync at the end, as a training loop runs (the host
-    prepares a step while the device finishes the last one); and the warm-up (first,
-    compiling) step's seconds. `compile_optimizer` also compiles `opt.step` with the same
-    backend (PyTorch's compiled-optimizer recipe). `model`: a key of MODELS."""
+    config: dict | None = None,
+) -> Callable[[], float]:
+    """A fresh Llama of `config` (default `LLAMA`, seed-0 weights) with AdamW on `device`, and one
+    training step over a fixed seed-0 batch of `batch` x `seq` tokens: forward (through
+    `torch.compile(backend=backend)` when a backend is given), backward, `opt.step`, `zero_grad`;
+    it returns `loss.item()`. `compile_optimizer` also compiles `opt.step` with the same backend
+    (PyTorch's compiled-optimizer recipe)."""
     torch._dynamo.reset()
-    llama = tiny_llama(device, MODELS[model]).train()
+    config = config or LLAMA
+    llama = tiny_llama(device, config).train()
     opt = torch.optim.AdamW(llama.parameters(), lr=1e-3)
-    ids = torch.randint(0, LLAMA["vocab_size"], (batch, seq), generator=torch.Generator().manual_seed(0)).to(device)
+    ids = torch.randint(0, config["vocab_size"], (batch, seq), generator=torch.Generator().manual_seed(0)).to(device)
     forward = torch.compile(llama, backend=backend) if backend else llama
     update = torch.compile(opt.step, backend=backend) if backend and compile_optimizer else opt.step
 
@@ -59,6 +59,23 @@ def train_step(
         opt.zero_grad()
         return loss.item()
 
+    return step
+
+
+def train_step(
+    device: str,
+    backend: str | None,
+    steps: int = 5,
+    compile_optimizer: bool = False,
+    batch: int = 4,
+    seq: int = 128,
+    model: str = "tiny",
+) -> dict[str, Any]:
+    """Seconds per AdamW step of `make_train_step` after one warm-up step: the median of `steps`
+    steps each synced to the device, and the mean of `steps` more run back to back with one sync
+    at the end, as a training loop runs (the host prepares a step while the device finishes the
+    last one); and the warm-up (first, compiling) step's seconds. `model`: a key of MODELS."""
+    step = make_train_step(device, backend, compile_optimizer, batch, seq, MODELS[model])
     start = time.perf_counter()
     step()
     first = time.perf_counter() - start
