@@ -22,8 +22,8 @@ from jax._src.lax import linalg as jax_linalg  # geqrf: JAX's LAPACK-form QR has
 from jax.lax import linalg as lax_linalg
 
 from . import lowering
-from ._common import accumulate, broadcast_shape, wrap_dim
-from ._dtypes import cast, torch_dtype
+from ._common import accumulate, broadcast_shape, scalar_type_name, step_rounding, upcast, wrap_dim
+from ._dtypes import cast, promote, torch_dtype
 from .reduction import integral_to_long
 
 aten = torch.ops.aten
@@ -154,6 +154,47 @@ def addbmm(x: Any, a: Any, b: Any, beta: Any = 1, alpha: Any = 1) -> Any:
         return _scale_add(out, _accumulated(*ab), 1, alpha), None
 
     return lax.scan(step, first, (a[1:], b[1:]))[0]
+
+
+def _expand_to(x: Any, shape: tuple[int, ...]) -> Any:
+    """`x` expanded to `shape` (`expand_size`), with PyTorch's errors for sizes that do not fit."""
+    if x.ndim > len(shape):
+        raise RuntimeError(
+            f"expand(torch.{scalar_type_name(torch_dtype(x))}Tensor{{{list(x.shape)}}}, size={list(shape)}): the "
+            f"number of sizes provided ({len(shape)}) must be greater or equal to the number of dimensions in the "
+            f"tensor ({x.ndim})"
+        )
+    for dim, (have, want) in enumerate(zip((1,) * (len(shape) - x.ndim) + tuple(x.shape), shape)):
+        if have not in (1, want):
+            raise RuntimeError(
+                f"The expanded size of the tensor ({want}) must match the existing size ({have}) at non-singleton "
+                f"dimension {dim}.  Target sizes: {list(shape)}.  Tensor sizes: {list(x.shape)}"
+            )
+    return jnp.broadcast_to(x, shape)
+
+
+@lowering(aten.addr.default)
+def addr(x: Any, v1: Any, v2: Any, beta: Any = 1, alpha: Any = 1) -> Any:
+    """`beta * x + alpha * v1 * v2` (outer), elementwise in the common dtype as CPU's addr kernel:
+    the scalars are converted to it and float16/bfloat16 round after every operation."""
+    for v, arg in ((v1, "vec1"), (v2, "vec2")):
+        if v.ndim != 1:
+            raise RuntimeError(f"addr: Expected 1-D argument {arg}, but got {v.ndim}-D")
+    x = _expand_to(x, (v1.shape[0], v2.shape[0]))
+    dtype = promote(x, v1, v2)[1]
+    for scalar, arg in ((beta, "beta"), (alpha, "alpha")):
+        if isinstance(scalar, bool) and dtype != torch.bool:
+            raise RuntimeError(f"Boolean {arg} only supported for Boolean results.")
+        if not (dtype.is_floating_point or dtype.is_complex or isinstance(scalar, (bool, int))):
+            raise RuntimeError(f"For integral input tensors, argument {arg} must not be a floating point number.")
+    x, v1, v2 = (cast(t, dtype) for t in (x, v1[:, None], v2))
+    if dtype == torch.bool:
+        return (bool(beta) & x) | (bool(alpha) & v1 & v2)
+    beta, alpha = cast(beta, dtype), cast(alpha, dtype)
+    r, result = step_rounding(x.dtype), x.dtype
+    x, v1, v2, beta, alpha = (upcast(t) for t in (x, v1, v2, beta, alpha))
+    product = r(r(alpha * v1) * v2)
+    return jnp.where(beta == 0, product, r(r(beta * x) + product)).astype(result)
 
 
 @lowering(aten.addmv.default)
