@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import torch
 
 from . import check, lowering
-from ._common import fail_unless, is_half, opmath, opmath_dtype, scalar_type_name, upcast, wrap_dim
+from ._common import fail_unless, is_half, opmath, opmath_dtype, scalar_type_name, step_rounding, upcast, wrap_dim
 from ._dtypes import cast, jax_dtype, promote, torch_dtype
 
 aten = torch.ops.aten
@@ -589,14 +589,20 @@ def _loss_dtypes(x: Any, target: Any) -> tuple[Any, Any]:
 
 
 def _pointwise_loss(
-    forward: Callable[..., Any], backward: Callable[..., Any], forward_op: Any, backward_op: Any
+    forward: Callable[..., Any],
+    backward: Callable[..., Any],
+    forward_op: Any,
+    backward_op: Any,
+    rounded: bool = False,
 ) -> None:
     """Register a pointwise loss `forward(x, t, *extra)` on `forward_op` and its derivative
-    `backward(x, t, *extra)` (d loss / d x) on `backward_op`."""
+    `backward(x, t, *extra)` (d loss / d x) on `backward_op`. With `rounded`, the forward
+    takes `r=` (`step_rounding` of the result dtype) and rounds each step as CPU's kernel does."""
 
     def loss(x: Any, target: Any, reduction: int = MEAN, *extra: Any) -> Any:
         compute, result = _loss_dtypes(x, target)
-        value = forward(x.astype(compute), target.astype(compute), *extra)
+        rounding = {"r": step_rounding(result)} if rounded else {}
+        value = forward(x.astype(compute), target.astype(compute), *extra, **rounding)
         return _reduce(value, reduction).astype(result)
 
     def loss_backward(grad: Any, x: Any, target: Any, reduction: int, *extra: Any) -> Any:
@@ -613,8 +619,12 @@ def _safe(value: Any) -> Any:
     return jnp.where(value == 0, 1, value)
 
 
-_pointwise_loss(
-    lambda x, t: jnp.square(x - t), lambda x, t: 2 * (x - t), aten.mse_loss.default, aten.mse_loss_backward.default
+_pointwise_loss(  # CPU's mse kernel: the difference, then its square, each in the dtype
+    lambda x, t, r: r(jnp.square(r(x - t))),
+    lambda x, t: 2 * (x - t),
+    aten.mse_loss.default,
+    aten.mse_loss_backward.default,
+    rounded=True,
 )
 _pointwise_loss(
     lambda x, t, beta: jnp.where(
@@ -637,11 +647,12 @@ _pointwise_loss(
     aten.huber_loss.default,
     aten.huber_loss_backward.default,
 )
-_pointwise_loss(
-    lambda x, t: jnp.log1p(jnp.exp(-x * t)),  # input first, as CPU, whose broadcast error names it tensor a
+_pointwise_loss(  # CPU: neg, mul_, exp_, log1p_ in place, each rounded to the dtype (exp overflows in float16)
+    lambda x, t, r: r(jnp.log1p(r(jnp.exp(r(-x * t))))),  # input first: CPU's broadcast error names it tensor a
     lambda x, t: -t * jnp.exp(-t * x) / (1 + jnp.exp(-t * x)),
     aten.soft_margin_loss.default,
     aten.soft_margin_loss_backward.default,
+    rounded=True,
 )
 
 
