@@ -279,19 +279,35 @@ def diag_embed(x: Any, offset: int = 0, dim1: int = -2, dim2: int = -1) -> Any:
     return jnp.transpose(square, perm)
 
 
+def _sumproduct(a: Any, b: Any, dims: tuple[int, ...], r: Any) -> Any:
+    """`(a * b).sum(dims, keepdim=True)` as CPU's sumproduct_pair (a bmm): accumulated in opmath,
+    rounded once (`r`) to the dtype."""
+    product = a * b
+    return r(jnp.sum(product, axis=dims, keepdims=True) if dims else product)
+
+
 @lowering(aten._trilinear.default)
 def trilinear(
     i1: Any, i2: Any, i3: Any, expand1: list, expand2: list, expand3: list, sumdim: list, unroll_dim: int = 1
 ) -> Any:
-    """`nn.functional.bilinear`'s kernel: unsqueeze each input at its expand dims, multiply, sum `sumdim`."""
+    """`nn.functional.bilinear`'s kernel, staged as CPU's: unsqueeze each input at its expand
+    dims; sum i1 * i2 over the summed dims i3 lacks, then that times i3 over the rest, each
+    stage rounded to the dtype; a summed `unroll_dim` is added up slice by slice."""
 
     def grown(x: Any, dims: list) -> Any:
         for d in sorted(dims):
             x = jnp.expand_dims(x, d)
-        return x
+        return upcast(x)
 
-    product = grown(i1, expand1) * grown(i2, expand2) * grown(i3, expand3)
-    return jnp.sum(product, axis=tuple(sumdim), dtype=product.dtype) if sumdim else product
+    ndim, dtype, r = i1.ndim + len(expand1), i1.dtype, step_rounding(i1.dtype)
+    a, b, c = grown(i1, expand1), grown(i2, expand2), grown(i3, expand3)
+    summed = [d for d in range(ndim) if d in sumdim and d != unroll_dim]
+    out = _sumproduct(a, b, tuple(d for d in summed if d in expand3), r)
+    out = _sumproduct(out, c, tuple(d for d in summed if d not in expand3), r)
+    if unroll_dim in sumdim:  # output.add_(slice) for each slice in turn, each sum rounded
+        slices = jnp.moveaxis(out, unroll_dim, 0)[:, None]
+        out = jnp.moveaxis(lax.scan(lambda acc, s: (r(acc + s), None), slices[0], slices[1:])[0], 0, unroll_dim)
+    return (jnp.squeeze(out, axis=tuple(sumdim)) if sumdim else out).astype(dtype)
 
 
 # ---- distances ----------------------------------------------------------------------------
