@@ -246,16 +246,23 @@ def _batch_norm(
     xc = upcast(x)
     stat = _stat_dtype(x, weight, bias, running_mean, running_var)
     if training or running_mean is None:
+        # CPU saves the batch mean and invstd in the stats' dtype (rounded) and normalizes with
+        # those saved values.
+        r, count = step_rounding(stat), x.size // x.shape[1]
         mean = xc.mean(axes)
         var = jnp.square(xc - mean.reshape(shape)).mean(axes)
-        invstd = jax.lax.rsqrt(var + eps)
+        mean, invstd = r(mean), r(jax.lax.rsqrt(var + eps))
         new_mean = new_var = None
         if training and running_mean is not None:
-            count = x.size // x.shape[1]
             unbiased = var * (count / max(count - 1, 1))
             new_mean = (1 - momentum) * upcast(running_mean) + momentum * mean
             new_var = (1 - momentum) * upcast(running_var) + momentum * unbiased
         saved = (mean.astype(stat), invstd.astype(stat))
+        if is_half(x):  # CPU's contiguous kernel: x * alpha + beta, alpha = invstd * weight
+            alpha = _affine(invstd, weight, None, (-1,))
+            beta = _affine(-mean * alpha, None, bias, (-1,))
+            out = (xc * alpha.reshape(shape) + beta.reshape(shape)).astype(x.dtype)
+            return out, saved[0], saved[1], new_mean, new_var
     else:
         mean = upcast(running_mean)
         invstd = jax.lax.rsqrt(upcast(running_var) + eps)
