@@ -213,3 +213,15 @@ def test_fold_is_col2im() -> None:
     cols = torch.randn(2, 3 * 2 * 3, 18)
     with fallback_disabled():
         check(lambda c: nnf.fold(c, (5, 6), (2, 3), dilation=1, padding=1, stride=(2, 1)), cols)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize(
+    "shape, size", [((8, 8, 8, 8), (5, 7, 4)), ((2, 3, 7, 9, 5), (3, 2, 5)), ((2, 5, 5, 5), (1, 1, 1))]
+)
+def test_adaptive_avg_pool3d_half(dtype: torch.dtype, shape: tuple, size: tuple) -> None:
+    """CPU sums each window tap by tap in the dtype and divides by kT, kH, kW in turn: bit-exact."""
+    torch.manual_seed(0)
+    x = (torch.randn(*shape) * 5).to(dtype)
+    with fallback_disabled():
+        assert_same(nnf.adaptive_avg_pool3d(x, size), nnf.adaptive_avg_pool3d(x.to("neuron"), size), rtol=0, atol=0)

@@ -42,3 +42,15 @@ def test_edge_rules(call: object) -> None:
 def test_reversed_range_is_refused() -> None:
     with pytest.raises(RuntimeError, match="min should not exceed max, but got min 3 max 1 for dimension 0"):
         torch.histogram(torch.ones(3, device="neuron"), 2, range=(3.0, 1.0))
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32, torch.float64])
+@pytest.mark.parametrize("bins, lo, hi", [(100, 0, 0), (7, -2, 5), (100, -3.3, 7.1), (1, 0, 0), (33, 0, 0)])
+def test_histc_bins_as_cpu(dtype: torch.dtype, bins: int, lo: float, hi: float) -> None:
+    """CPU's histc: linspace edges in the dtype from double outer edges; each element's bin
+    (x - first) * bins / (last - first) in the dtype, truncated; exact counts."""
+    torch.manual_seed(0)
+    for scale in (1, 7, 40):
+        x = (torch.randn(500) * scale + scale / 3).to(dtype)
+        with fallback_disabled():
+            assert_same(torch.histc(x, bins, lo, hi), torch.histc(x.to("neuron"), bins, lo, hi), rtol=0, atol=0)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+import torch.nn.functional as nnf
 from compare import assert_same
 from families import check_family
 from opinfo import fallback_disabled, find
@@ -101,3 +102,77 @@ def test_products_of_transposed_operands(layout: str, dtype: torch.dtype) -> Non
     for w, e, c in zip(want, eager, compiled):
         torch.testing.assert_close(e.cpu(), w, rtol=rtol, atol=atol)
         torch.testing.assert_close(c.cpu(), w, rtol=rtol, atol=atol)
+
+
+# ---- addr and _trilinear: CPU's rounding in float16/bfloat16 --------------------------------
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.int64, torch.bool])
+@pytest.mark.parametrize("scalars", [{}, {"beta": 0.6, "alpha": 0.2}, {"beta": 0}, {"beta": 2, "alpha": 3}])
+def test_addr_as_cpu(dtype: torch.dtype, scalars: dict) -> None:
+    """CPU's addr kernel: beta * x + alpha * v1 * v2 with the scalars in the dtype, every step
+    rounded to float16/bfloat16 (bit-exact there); beta == 0 ignores x (its NaN too)."""
+    if dtype == torch.bool:
+        scalars = {k: bool(v) for k, v in scalars.items()}
+    elif not dtype.is_floating_point and any(isinstance(v, float) for v in scalars.values()):
+        pytest.skip("CPU rejects float scalars for integral inputs (test_addr_errors)")
+    torch.manual_seed(0)
+    x, v1, v2 = (torch.randn(*shape) * 4 for shape in ((30, 40), (30,), (40,)))
+    x[0, 0] = float("nan")
+    x, v1, v2 = (t.to(dtype) for t in (x, v1, v2))
+    exact = {"rtol": 0, "atol": 0} if dtype in (torch.float16, torch.bfloat16) else {}
+    with fallback_disabled():
+        assert_same(
+            torch.addr(x, v1, v2, **scalars), torch.addr(*(t.to("neuron") for t in (x, v1, v2)), **scalars), **exact
+        )
+
+
+@pytest.mark.parametrize(
+    "shapes, scalars",
+    [
+        (((3, 4), (3, 1), (4,)), {}),
+        (((3, 4), (3,), (1, 4)), {}),
+        (((2, 4), (3,), (4,)), {}),
+        (((2, 3, 4), (3,), (4,)), {}),
+        (((3, 4), (3,), (4,)), {"beta": True}),
+    ],
+    ids=["vec1-2d", "vec2-2d", "expand-size", "expand-rank", "bool-beta"],
+)
+def test_addr_errors(shapes: tuple, scalars: dict) -> None:
+    args = [torch.randn(*s) for s in shapes]
+    with pytest.raises(RuntimeError) as cpu:
+        torch.addr(*args, **scalars)
+    with fallback_disabled(), pytest.raises(RuntimeError) as neuron:
+        torch.addr(*(a.to("neuron") for a in args), **scalars)
+    assert str(cpu.value) in str(neuron.value)
+
+
+def test_addr_integral_float_scalar_error() -> None:
+    args = [torch.arange(n) for n in (12, 3, 4)]
+    args[0] = args[0].reshape(3, 4)
+    for scalars in ({"beta": 0.5}, {"alpha": 1.5}):
+        with pytest.raises(RuntimeError) as cpu:
+            torch.addr(*args, **scalars)
+        with fallback_disabled(), pytest.raises(RuntimeError) as neuron:
+            torch.addr(*(a.to("neuron") for a in args), **scalars)
+        assert str(cpu.value) in str(neuron.value)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
+@pytest.mark.parametrize(
+    "layout",
+    [([1, 3], [0], [1, 2], [2, 3], 1), ([1, 3], [0], [1, 2], [2, 3], 2), ([1, 3], [0], [1, 2], [0, 2, 3], 0)],
+    ids=["bilinear", "unroll-summed", "batch-summed"],
+)
+def test_trilinear_staged_as_cpu(dtype: torch.dtype, layout: tuple) -> None:
+    """bilinear's _trilinear: two contractions each rounded to the dtype, a summed unroll dim added
+    slice by slice (bit-exact for float16/bfloat16)."""
+    torch.manual_seed(0)
+    i1, i3, w = torch.randn(6, 4).to(dtype), torch.randn(6, 5).to(dtype), torch.randn(7, 4, 5).to(dtype)
+    exact = {"rtol": 0, "atol": 0} if dtype != torch.float32 else {}
+    with fallback_disabled():
+        expected = torch._trilinear(i1, w, i3, *layout)
+        got = torch._trilinear(i1.to("neuron"), w.to("neuron"), i3.to("neuron"), *layout)
+        assert_same(expected, got, **exact)
+        b = torch.randn(7).to(dtype)
+        assert_same(nnf.bilinear(i1, i3, w, b), nnf.bilinear(*(t.to("neuron") for t in (i1, i3, w, b))), **exact)

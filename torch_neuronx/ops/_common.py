@@ -27,6 +27,7 @@ import jax
 import jax.numpy as jnp
 import jaxlib
 import torch
+from jax import lax
 
 from ._dtypes import jax_dtype, torch_dtype
 
@@ -79,6 +80,29 @@ def opmath(fn: Callable[..., Any] | None = None, *, like: str | None = None) -> 
         return lowered
 
     return decorate if fn is None else decorate(fn)
+
+
+def _round_to_half(t: Array) -> Array:
+    """float32 `t` rounded to the nearest float16 value (ties to even), still float32, in
+    integer and power-of-two steps: XLA:CPU computes float16 in float32 and drops a
+    float32 -> float16 -> float32 round trip (excess precision), so a plain cast does not round."""
+    bits = lax.bitcast_convert_type(t, jnp.uint32)
+    bits = (bits + jnp.uint32(0x0FFF) + ((bits >> 13) & 1)) & jnp.uint32(0xFFFFE000)  # 10 mantissa bits
+    normal = lax.bitcast_convert_type(bits, t.dtype)
+    normal = jnp.where(jnp.abs(normal) > 65504.0, jnp.copysign(jnp.inf, t), normal)
+    subnormal = jnp.round(t * 2.0**24) * 2.0**-24  # below 2**-14 float16 steps by 2**-24
+    return jnp.where(jnp.isfinite(t), jnp.where(jnp.abs(t) < 2.0**-14, subnormal, normal), t)
+
+
+def step_rounding(dtype: Any) -> Callable[[Array], Array]:
+    """For a lowering that computes in opmath but follows a PyTorch CPU kernel that rounds every
+    step to float16/bfloat16 (no opmath there): rounds a float32 value to `dtype`, kept float32.
+    The identity for other dtypes."""
+    if jnp.dtype(dtype) == jnp.float16:
+        return _round_to_half
+    if jnp.dtype(dtype) == jnp.bfloat16:  # XLA keeps bfloat16 casts
+        return lambda t: t.astype(dtype).astype(jnp.float32)
+    return lambda t: t
 
 
 def linear_vjp(fn: Callable[[Array], Array], shape: Sequence[int], grad: Array) -> Array:

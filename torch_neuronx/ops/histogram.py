@@ -25,9 +25,21 @@ import numpy as np
 import torch
 
 from . import lowering
+from ._common import step_rounding, upcast
 from ._dtypes import cast, torch_dtype
+from .factory import _symmetric
 
 aten = torch.ops.aten
+
+
+def _linear_position(values: Any, edges: Any) -> Any:
+    """CPU's histc bin (linear interpolation, no search: its edges are not returned):
+    `(x - first) * bins / (last - first)` in the input dtype, each step rounded, truncated."""
+    bins, r = edges.shape[0] - 1, step_rounding(edges.dtype)
+    v, e = upcast(values), upcast(edges)
+    estimate = r(r(r(v - e[0]) * bins) / r(e[-1] - e[0]))
+    position = jnp.clip(jnp.nan_to_num(estimate), 0, bins).astype(jnp.int64)
+    return jnp.where(position == bins, bins - 1, position)  # the last bin is closed on the right
 
 
 @lowering(aten.histc.default)
@@ -37,7 +49,7 @@ def histc(x: Any, bins: int = 100, min: Any = 0, max: Any = 0) -> Any:
     dtype = torch_dtype(x)
     flat = x.reshape(-1)
     integer = not dtype.is_floating_point
-    bound = jnp.int64 if integer else flat.dtype
+    bound = jnp.int64 if integer else jnp.float64  # CPU picks the outer edges in double
     lo, hi = jnp.asarray(min).astype(bound), jnp.asarray(max).astype(bound)
     if flat.size:
         lo, hi = jnp.where(lo == hi, flat.min().astype(bound), lo), jnp.where(lo == hi, flat.max().astype(bound), hi)
@@ -46,9 +58,9 @@ def histc(x: Any, bins: int = 100, min: Any = 0, max: Any = 0) -> Any:
         values = flat.astype(jnp.int64)
         position = (values - lo) * bins // (hi - lo)
     else:
-        values = flat
-        edges = lo + (hi - lo) * (jnp.arange(bins + 1, dtype=jnp.float64) / bins).astype(flat.dtype)
-        position = jnp.searchsorted(edges, values, side="right") - 1
+        edges = _symmetric(lo, hi, bins + 1, dtype).astype(flat.dtype)  # linspace in the input dtype
+        values, position = flat, _linear_position(flat, edges)
+        lo, hi = edges[0], edges[-1]
     inside = (values >= lo) & (values <= hi)
     position = jnp.clip(position, 0, bins - 1)
     counts = jnp.zeros(bins, jnp.int64).at[jnp.where(inside, position, 0)].add(inside.astype(jnp.int64))

@@ -22,8 +22,8 @@ from jax._src.lax import linalg as jax_linalg  # geqrf: JAX's LAPACK-form QR has
 from jax.lax import linalg as lax_linalg
 
 from . import lowering
-from ._common import accumulate, broadcast_shape, wrap_dim
-from ._dtypes import cast, torch_dtype
+from ._common import accumulate, broadcast_shape, scalar_type_name, step_rounding, upcast, wrap_dim
+from ._dtypes import cast, promote, torch_dtype
 from .reduction import integral_to_long
 
 aten = torch.ops.aten
@@ -156,6 +156,47 @@ def addbmm(x: Any, a: Any, b: Any, beta: Any = 1, alpha: Any = 1) -> Any:
     return lax.scan(step, first, (a[1:], b[1:]))[0]
 
 
+def _expand_to(x: Any, shape: tuple[int, ...]) -> Any:
+    """`x` expanded to `shape` (`expand_size`), with PyTorch's errors for sizes that do not fit."""
+    if x.ndim > len(shape):
+        raise RuntimeError(
+            f"expand(torch.{scalar_type_name(torch_dtype(x))}Tensor{{{list(x.shape)}}}, size={list(shape)}): the "
+            f"number of sizes provided ({len(shape)}) must be greater or equal to the number of dimensions in the "
+            f"tensor ({x.ndim})"
+        )
+    for dim, (have, want) in enumerate(zip((1,) * (len(shape) - x.ndim) + tuple(x.shape), shape)):
+        if have not in (1, want):
+            raise RuntimeError(
+                f"The expanded size of the tensor ({want}) must match the existing size ({have}) at non-singleton "
+                f"dimension {dim}.  Target sizes: {list(shape)}.  Tensor sizes: {list(x.shape)}"
+            )
+    return jnp.broadcast_to(x, shape)
+
+
+@lowering(aten.addr.default)
+def addr(x: Any, v1: Any, v2: Any, beta: Any = 1, alpha: Any = 1) -> Any:
+    """`beta * x + alpha * v1 * v2` (outer), elementwise in the common dtype as CPU's addr kernel:
+    the scalars are converted to it and float16/bfloat16 round after every operation."""
+    for v, arg in ((v1, "vec1"), (v2, "vec2")):
+        if v.ndim != 1:
+            raise RuntimeError(f"addr: Expected 1-D argument {arg}, but got {v.ndim}-D")
+    x = _expand_to(x, (v1.shape[0], v2.shape[0]))
+    dtype = promote(x, v1, v2)[1]
+    for scalar, arg in ((beta, "beta"), (alpha, "alpha")):
+        if isinstance(scalar, bool) and dtype != torch.bool:
+            raise RuntimeError(f"Boolean {arg} only supported for Boolean results.")
+        if not (dtype.is_floating_point or dtype.is_complex or isinstance(scalar, (bool, int))):
+            raise RuntimeError(f"For integral input tensors, argument {arg} must not be a floating point number.")
+    x, v1, v2 = (cast(t, dtype) for t in (x, v1[:, None], v2))
+    if dtype == torch.bool:
+        return (bool(beta) & x) | (bool(alpha) & v1 & v2)
+    beta, alpha = cast(beta, dtype), cast(alpha, dtype)
+    r, result = step_rounding(x.dtype), x.dtype
+    x, v1, v2, beta, alpha = (upcast(t) for t in (x, v1, v2, beta, alpha))
+    product = r(r(alpha * v1) * v2)
+    return jnp.where(beta == 0, product, r(r(beta * x) + product)).astype(result)
+
+
 @lowering(aten.addmv.default)
 def addmv(x: Any, a: Any, v: Any, beta: Any = 1, alpha: Any = 1) -> Any:
     _rank("addmv", a, 2, "mat")
@@ -238,19 +279,35 @@ def diag_embed(x: Any, offset: int = 0, dim1: int = -2, dim2: int = -1) -> Any:
     return jnp.transpose(square, perm)
 
 
+def _sumproduct(a: Any, b: Any, dims: tuple[int, ...], r: Any) -> Any:
+    """`(a * b).sum(dims, keepdim=True)` as CPU's sumproduct_pair (a bmm): accumulated in opmath,
+    rounded once (`r`) to the dtype."""
+    product = a * b
+    return r(jnp.sum(product, axis=dims, keepdims=True) if dims else product)
+
+
 @lowering(aten._trilinear.default)
 def trilinear(
     i1: Any, i2: Any, i3: Any, expand1: list, expand2: list, expand3: list, sumdim: list, unroll_dim: int = 1
 ) -> Any:
-    """`nn.functional.bilinear`'s kernel: unsqueeze each input at its expand dims, multiply, sum `sumdim`."""
+    """`nn.functional.bilinear`'s kernel, staged as CPU's: unsqueeze each input at its expand
+    dims; sum i1 * i2 over the summed dims i3 lacks, then that times i3 over the rest, each
+    stage rounded to the dtype; a summed `unroll_dim` is added up slice by slice."""
 
     def grown(x: Any, dims: list) -> Any:
         for d in sorted(dims):
             x = jnp.expand_dims(x, d)
-        return x
+        return upcast(x)
 
-    product = grown(i1, expand1) * grown(i2, expand2) * grown(i3, expand3)
-    return jnp.sum(product, axis=tuple(sumdim), dtype=product.dtype) if sumdim else product
+    ndim, dtype, r = i1.ndim + len(expand1), i1.dtype, step_rounding(i1.dtype)
+    a, b, c = grown(i1, expand1), grown(i2, expand2), grown(i3, expand3)
+    summed = [d for d in range(ndim) if d in sumdim and d != unroll_dim]
+    out = _sumproduct(a, b, tuple(d for d in summed if d in expand3), r)
+    out = _sumproduct(out, c, tuple(d for d in summed if d not in expand3), r)
+    if unroll_dim in sumdim:  # output.add_(slice) for each slice in turn, each sum rounded
+        slices = jnp.moveaxis(out, unroll_dim, 0)[:, None]
+        out = jnp.moveaxis(lax.scan(lambda acc, s: (r(acc + s), None), slices[0], slices[1:])[0], 0, unroll_dim)
+    return (jnp.squeeze(out, axis=tuple(sumdim)) if sumdim else out).astype(dtype)
 
 
 # ---- distances ----------------------------------------------------------------------------

@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import torch
 
 from . import check, lowering
-from ._common import fail_unless, is_half, opmath, opmath_dtype, scalar_type_name, upcast, wrap_dim
+from ._common import fail_unless, is_half, opmath, opmath_dtype, scalar_type_name, step_rounding, upcast, wrap_dim
 from ._dtypes import cast, jax_dtype, promote, torch_dtype
 
 aten = torch.ops.aten
@@ -246,16 +246,25 @@ def _batch_norm(
     xc = upcast(x)
     stat = _stat_dtype(x, weight, bias, running_mean, running_var)
     if training or running_mean is None:
+        # In float16 CPU saves the batch mean and invstd rounded to it and normalizes with those
+        # saved values (bit-exact here). Its bfloat16 saved invstd follows another rounding, not
+        # matched yet: bfloat16 keeps the float32 statistics, closer to it on average.
+        half = jnp.dtype(stat) == jnp.float16
+        r, count = step_rounding(stat) if half else (lambda t: t), x.size // x.shape[1]
         mean = xc.mean(axes)
         var = jnp.square(xc - mean.reshape(shape)).mean(axes)
-        invstd = jax.lax.rsqrt(var + eps)
+        mean, invstd = r(mean), r(jax.lax.rsqrt(var + eps))
         new_mean = new_var = None
         if training and running_mean is not None:
-            count = x.size // x.shape[1]
             unbiased = var * (count / max(count - 1, 1))
             new_mean = (1 - momentum) * upcast(running_mean) + momentum * mean
             new_var = (1 - momentum) * upcast(running_var) + momentum * unbiased
         saved = (mean.astype(stat), invstd.astype(stat))
+        if half:  # CPU's contiguous kernel: x * alpha + beta, alpha = invstd * weight
+            alpha = _affine(invstd, weight, None, (-1,))
+            beta = _affine(-mean * alpha, None, bias, (-1,))
+            out = (xc * alpha.reshape(shape) + beta.reshape(shape)).astype(x.dtype)
+            return out, saved[0], saved[1], new_mean, new_var
     else:
         mean = upcast(running_mean)
         invstd = jax.lax.rsqrt(upcast(running_var) + eps)
@@ -589,14 +598,20 @@ def _loss_dtypes(x: Any, target: Any) -> tuple[Any, Any]:
 
 
 def _pointwise_loss(
-    forward: Callable[..., Any], backward: Callable[..., Any], forward_op: Any, backward_op: Any
+    forward: Callable[..., Any],
+    backward: Callable[..., Any],
+    forward_op: Any,
+    backward_op: Any,
+    rounded: bool = False,
 ) -> None:
     """Register a pointwise loss `forward(x, t, *extra)` on `forward_op` and its derivative
-    `backward(x, t, *extra)` (d loss / d x) on `backward_op`."""
+    `backward(x, t, *extra)` (d loss / d x) on `backward_op`. With `rounded`, the forward
+    takes `r=` (`step_rounding` of the result dtype) and rounds each step as CPU's kernel does."""
 
     def loss(x: Any, target: Any, reduction: int = MEAN, *extra: Any) -> Any:
         compute, result = _loss_dtypes(x, target)
-        value = forward(x.astype(compute), target.astype(compute), *extra)
+        rounding = {"r": step_rounding(result)} if rounded else {}
+        value = forward(x.astype(compute), target.astype(compute), *extra, **rounding)
         return _reduce(value, reduction).astype(result)
 
     def loss_backward(grad: Any, x: Any, target: Any, reduction: int, *extra: Any) -> Any:
@@ -613,8 +628,12 @@ def _safe(value: Any) -> Any:
     return jnp.where(value == 0, 1, value)
 
 
-_pointwise_loss(
-    lambda x, t: jnp.square(x - t), lambda x, t: 2 * (x - t), aten.mse_loss.default, aten.mse_loss_backward.default
+_pointwise_loss(  # CPU's mse kernel: the difference, then its square, each in the dtype
+    lambda x, t, r: r(jnp.square(r(x - t))),
+    lambda x, t: 2 * (x - t),
+    aten.mse_loss.default,
+    aten.mse_loss_backward.default,
+    rounded=True,
 )
 _pointwise_loss(
     lambda x, t, beta: jnp.where(
@@ -637,11 +656,12 @@ _pointwise_loss(
     aten.huber_loss.default,
     aten.huber_loss_backward.default,
 )
-_pointwise_loss(
-    lambda x, t: jnp.log1p(jnp.exp(-x * t)),  # input first, as CPU, whose broadcast error names it tensor a
+_pointwise_loss(  # CPU: neg, mul_, exp_, log1p_ in place, each rounded to the dtype (exp overflows in float16)
+    lambda x, t, r: r(jnp.log1p(r(jnp.exp(r(-x * t))))),  # input first: CPU's broadcast error names it tensor a
     lambda x, t: -t * jnp.exp(-t * x) / (1 + jnp.exp(-t * x)),
     aten.soft_margin_loss.default,
     aten.soft_margin_loss_backward.default,
+    rounded=True,
 )
 
 

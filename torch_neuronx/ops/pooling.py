@@ -18,9 +18,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import torch
+from jax import lax
 
 from . import lowering
-from ._common import fail_unless, linear_vjp, opmath, per_dim, upcast
+from ._common import fail_unless, is_half, linear_vjp, opmath, per_dim, step_rounding, upcast
 
 aten = torch.ops.aten
 _HIGHEST = jax.lax.Precision.HIGHEST
@@ -325,8 +326,37 @@ def _adaptive_avg_backward(nd: int) -> Callable[..., Any]:
     return adaptive_avg_pool_backward
 
 
+def _adaptive_avg3d_rounded(x: Any, output_size: Sequence[int]) -> Any:
+    """CPU's adaptive_avg_pool3d for float16/bfloat16 (no opmath there): each window summed tap by
+    tap in (t, h, w) order, every sum rounded to the dtype, then divided by kT, kH and kW in turn."""
+    r, lead = step_rounding(x.dtype), x.ndim - 3
+    starts, sizes = zip(
+        *((s, e - s) for s, e in (_adaptive_bounds(x.shape[lead + d], o) for d, o in enumerate(output_size)))
+    )
+    widest = [int(k.max()) for k in sizes]
+
+    def tap(acc: Any, j: Any) -> Any:
+        offsets = (j // (widest[1] * widest[2]), (j // widest[2]) % widest[1], j % widest[2])
+        value, valid = upcast(x), True
+        for d, (start, size, offset) in enumerate(zip(starts, sizes, offsets)):
+            index = jnp.minimum(jnp.asarray(start) + offset, x.shape[lead + d] - 1)
+            value = jnp.take(value, index, axis=lead + d)
+            valid = valid & jnp.expand_dims(offset < jnp.asarray(size), tuple(i for i in range(3) if i != d))
+        return r(acc + jnp.where(valid, value, 0)), None
+
+    total = jnp.zeros((*x.shape[:lead], *output_size), jnp.float32)
+    total = lax.scan(tap, total, jnp.arange(math.prod(widest)))[0]
+    for d, size in enumerate(sizes):
+        total = r(total / jnp.expand_dims(jnp.asarray(size, jnp.float32), tuple(i for i in range(3) if i != d)))
+    return total.astype(x.dtype)
+
+
+@lowering(aten._adaptive_avg_pool3d.default)
+def adaptive_avg_pool3d(x: Any, output_size: Sequence[int]) -> Any:
+    return (_adaptive_avg3d_rounded if is_half(x) else _adaptive_avg(3))(x, output_size)
+
+
 lowering(aten._adaptive_avg_pool2d.default)(_adaptive_avg(2))
-lowering(aten._adaptive_avg_pool3d.default)(_adaptive_avg(3))
 lowering(aten._adaptive_avg_pool2d_backward.default)(_adaptive_avg_backward(2))
 lowering(aten._adaptive_avg_pool3d_backward.default)(_adaptive_avg_backward(3))
 
