@@ -28,6 +28,7 @@ ENTRIES = [
     "linalg.eig",
     "linalg.eigvals",
     "linalg.householder_product",
+    "linalg.lstsq",
     "ormqr",
 ]
 
@@ -176,3 +177,102 @@ def test_trilinear_staged_as_cpu(dtype: torch.dtype, layout: tuple) -> None:
         assert_same(expected, got, **exact)
         b = torch.randn(7).to(dtype)
         assert_same(nnf.bilinear(i1, i3, w, b), nnf.bilinear(*(t.to("neuron") for t in (i1, i3, w, b))), **exact)
+
+
+def _lstsq_cases(dtype: torch.dtype, deficient: bool) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Tall, square and wide A, a vector right-hand side, batches (broadcast ones too); with
+    `deficient`, A's last column is zero (one matrix of a batch only): a rank that rounding cannot
+    blur (a copied column leaves an ~eps residue that the rank rule of either side may count)."""
+    torch.manual_seed(0)
+    cases = []
+    for m, n in [(5, 3), (3, 3), (2, 4)]:
+        cases += [
+            (torch.randn(m, n, dtype=dtype), torch.randn(m, 2, dtype=dtype)),
+            (torch.randn(m, n, dtype=dtype), torch.randn(m, dtype=dtype)),
+            (torch.randn(2, 3, m, n, dtype=dtype), torch.randn(2, 3, m, 2, dtype=dtype)),
+            (torch.randn(2, 1, m, n, dtype=dtype), torch.randn(1, 3, m, 2, dtype=dtype)),
+        ]
+    if deficient:
+        for a, _ in cases:
+            a[..., -1] = 0
+        batch = torch.randn(2, 5, 3, dtype=dtype)
+        batch[1, :, 2] = 0
+        cases.append((batch, torch.randn(2, 5, 2, dtype=dtype)))
+    return cases
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("driver", [None, "gels", "gelsy", "gelsd", "gelss"])
+@pytest.mark.parametrize("deficient", [False, True], ids=["full-rank", "rank-deficient"])
+def test_lstsq_drivers_as_cpu(driver: str | None, dtype: torch.dtype, deficient: bool) -> None:
+    """Solution, residuals (present or empty as on CPU), rank and singular values, per driver."""
+    if driver == "gels" and deficient:
+        pytest.skip("gels assumes full rank: CPU's result for a rank-deficient A is LAPACK's rounding noise")
+    kwargs = {} if driver is None else {"driver": driver}
+    with fallback_disabled():
+        for a, b in _lstsq_cases(dtype, deficient):
+            expected = torch.linalg.lstsq(a, b, **kwargs)
+            if deficient and driver in (None, "gelsy"):
+                # CPU's gelsy on a rank-deficient A varies from call to call (rank 0 or 2 for the
+                # same input); gelsd's minimum-norm solution and rank are what gelsy should give.
+                svd = torch.linalg.lstsq(a, b, driver="gelsd")
+                expected = (svd.solution, expected.residuals, svd.rank, expected.singular_values)
+            got = torch.linalg.lstsq(a.to("neuron"), b.to("neuron"), **kwargs)
+            assert_same(tuple(expected), tuple(got), **({"rtol": 1e-4, "atol": 1e-4} if dtype == torch.float32 else {}))
+
+
+def test_lstsq_rcond_and_gradient() -> None:
+    """An rcond that cuts a clear gap in the spectrum, and autograd through the solution."""
+    torch.manual_seed(0)
+    a = torch.randn(6, 4, dtype=torch.float64) @ torch.diag(torch.tensor([1.0, 1.0, 1e-6, 1e-7], dtype=torch.float64))
+    b = torch.randn(6, 2, dtype=torch.float64)
+    with fallback_disabled():
+        for driver in ("gelsy", "gelsd", "gelss"):
+            expected = torch.linalg.lstsq(a, b, rcond=1e-3, driver=driver)
+            got = torch.linalg.lstsq(a.to("neuron"), b.to("neuron"), rcond=1e-3, driver=driver)
+            assert_same(tuple(expected), tuple(got))
+        x = torch.randn(5, 3, requires_grad=True)
+        y = torch.randn(5, 2)
+        torch.linalg.lstsq(x, y).solution.sum().backward()
+        xn = x.detach().to("neuron").requires_grad_()
+        torch.linalg.lstsq(xn, y.to("neuron")).solution.sum().backward()
+        assert_same(x.grad, xn.grad, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        (torch.randn(()), torch.randn(())),
+        (torch.randn(3, 3), torch.randn(())),
+        (torch.randn(3, 3), torch.randn(3, 3, dtype=torch.float64)),
+        (torch.randn(3, 3), torch.randn(2, 2, 3, 3)),
+        (torch.randn(3, 3), torch.randn(4, 3)),
+        (torch.randn(3, 3), torch.randn(4)),
+        (torch.randn(2, 4, 3), torch.randn(4, 2)),
+        (torch.randn(2, 4, 3), torch.randn(2, 5)),
+        (torch.randn(3, 3).long(), torch.randn(3, 3).long()),
+        (torch.randn(3, 3), torch.randn(3, 3), None, "foo"),
+    ],
+    ids=["0d", "0d-other", "dtypes", "other-dims", "rows", "vector-rows", "batch", "batch-vector", "long", "driver"],
+)
+def test_lstsq_errors(args: tuple) -> None:
+    a, b, *rest = args
+    kwargs = {"driver": rest[1]} if rest else {}
+    with pytest.raises(RuntimeError) as cpu:
+        torch.linalg.lstsq(a, b, **kwargs)
+    with fallback_disabled(), pytest.raises(RuntimeError) as neuron:
+        torch.linalg.lstsq(a.to("neuron"), b.to("neuron"), **kwargs)
+    assert str(cpu.value) in str(neuron.value)
+
+
+@pytest.mark.parametrize("batched", [False, True])
+def test_lstsq_gels_exactly_rank_deficient_raises(batched: bool) -> None:
+    """gels on an A with an exactly zero column: LAPACK's info (the zero diagonal of R) as CPU's error."""
+    a = torch.randn(2, 4, 3) if batched else torch.randn(4, 3)
+    (a[1] if batched else a)[:, 2] = 0
+    b = torch.randn(*a.shape[:-1], 2)
+    with pytest.raises(RuntimeError) as cpu:
+        torch.linalg.lstsq(a, b, driver="gels")
+    with fallback_disabled(), pytest.raises(RuntimeError) as neuron:
+        torch.linalg.lstsq(a.to("neuron"), b.to("neuron"), driver="gels").solution.cpu()
+    assert str(cpu.value) in str(neuron.value)

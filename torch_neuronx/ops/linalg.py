@@ -21,7 +21,7 @@ from jax import lax
 from jax._src.lax import linalg as jax_linalg  # geqrf: JAX's LAPACK-form QR has no public name
 from jax.lax import linalg as lax_linalg
 
-from . import lowering
+from . import check, lowering
 from ._common import accumulate, broadcast_shape, scalar_type_name, step_rounding, upcast, wrap_dim
 from ._dtypes import cast, promote, torch_dtype
 from .reduction import integral_to_long
@@ -725,3 +725,190 @@ def _pinv(a: Any, atol: Any, rtol: Any, hermitian: bool) -> Any:
 def pinv(a: Any, atol: Any = None, rtol: Any = None, hermitian: bool = False) -> Any:
     _linalg_input("linalg.pinv", a, square=hermitian)
     return _pinv(a, atol, rtol, hermitian)
+
+
+# ---- least squares ------------------------------------------------------------------------
+
+_LSTSQ_DRIVERS = ("gels", "gelsy", "gelsd", "gelss")
+_NOT_FULL_RANK = (
+    "The least squares solution could not be computed because the input matrix does not have full rank "
+    "(error code: {})."
+)
+
+
+def _lstsq_checks(a: Any, b: Any, driver: str | None) -> tuple[bool, str]:
+    """PyTorch CPU's argument checks, in its order and with its messages; (vector case, driver)."""
+    if a.ndim < 2:
+        raise RuntimeError("torch.linalg.lstsq: input must have at least 2 dimensions.")
+    if b.ndim < 1:
+        raise RuntimeError("torch.linalg.lstsq: other must have at least 1 dimension.")
+    if a.dtype != b.dtype:
+        raise RuntimeError(
+            "torch.linalg.lstsq: Expected input and other to have the same dtype, but got input's dtype "
+            f"{scalar_type_name(torch_dtype(a))} and other's dtype {scalar_type_name(torch_dtype(b))}"
+        )
+    if not 0 <= a.ndim - b.ndim <= 1:
+        raise RuntimeError(
+            "torch.linalg.lstsq: input.dim() must be greater or equal to other.dim() and "
+            "(input.dim() - other.dim()) <= 1"
+        )
+    vector = _is_vector_rhs(a, b)
+    if b.shape[-1 if vector else -2] != a.shape[-2]:
+        raise RuntimeError(f"torch.linalg.lstsq: input.size(-2) should match other.size({-1 if vector else -2})")
+    rhs_shape = (*b.shape, 1) if vector else b.shape
+    broadcast_shape(a.shape[:-2], rhs_shape[: a.ndim - 2])  # CPU's batch broadcast, quirk included
+    driver = "gelsy" if driver is None else driver
+    if driver not in _LSTSQ_DRIVERS:
+        raise RuntimeError("torch.linalg.lstsq: parameter `driver` should be one of (gels, gelsy, gelsd, gelss)")
+    dtype = torch_dtype(a)
+    if dtype not in (torch.float32, torch.float64, torch.complex64, torch.complex128):
+        raise RuntimeError("This function doesn't handle types other than float and double")
+    return vector, driver
+
+
+def _lstsq_svd(a: Any, rcond: Any, driver: str) -> tuple[Any, Any, Any, Any]:
+    """(u, s, vh, rank) of A with LAPACK's rank rule: singular values at or below rcond * s_max are
+    zero; rcond defaults to eps * max(m, n), and a negative one means eps (gelsd/gelss) or no
+    cut-off but zero (gelsy)."""
+    m, n = a.shape[-2:]
+    eps = float(np.finfo(np.dtype(a.dtype)).eps)
+    u, s, vh = lax_linalg.svd(a, full_matrices=False, compute_uv=True)
+    largest = jnp.max(s, axis=-1, keepdims=True, initial=0.0)
+    if rcond is None:
+        rcond = eps * max(m, n)
+    else:
+        rcond = jnp.asarray(rcond, s.dtype)
+        rcond = jnp.where(rcond < 0, 0.0 if driver == "gelsy" else eps, rcond)
+    kept = s > rcond * largest
+    return u, s, vh, jnp.sum(kept, axis=-1).astype(jnp.int64)
+
+
+def _lstsq_size(a: Any, b: Any, rcond: Any = None, driver: str | None = None) -> Any:
+    """gelsd/gelss return residuals only where every matrix of the batch has full column rank
+    (m > n): 1 if so, 0 if not (the output's shape depends on the data, as on CPU)."""
+    _, driver = _lstsq_checks(a, b, driver)
+    m, n = a.shape[-2:]
+    if driver not in ("gelsd", "gelss") or m <= n or a.size == 0:
+        return None
+    rank = _lstsq_svd(a, rcond, driver)[3]
+    return jnp.all(rank == n).astype(jnp.int64)
+
+
+def _gels_info_check(r: Any) -> None:
+    """LAPACK gels fails (info = 1 + index of the first exactly zero diagonal element of the
+    triangular factor) where A is exactly rank deficient; CPU raises it as linalg.lstsq's error.
+    One check per possible code, so the message carries both the batch element and the code."""
+    d = _diagonal(r)
+    zero = d == 0
+    info = jnp.where(jnp.any(zero, axis=-1), jnp.argmax(zero, axis=-1) + 1, 0).reshape(-1)
+    if info.size == 0:
+        return
+    prefix = "torch.linalg.lstsq: (Batch element {}): " if info.size > 1 else "torch.linalg.lstsq: "
+    index = jnp.arange(info.size)
+    first = jnp.argmax(info != 0)
+    for code in range(1, d.shape[-1] + 1):
+        check(~((index == first) & (info == code)), RuntimeError, prefix + _NOT_FULL_RANK.format(code), index)
+
+
+def _gelsy(a: Any, rhs: Any, rcond: Any) -> tuple[Any, Any]:
+    """LAPACK gelsy: QR with column pivoting (geqp3, the LAPACK call PyTorch CPU makes too), the
+    rank as the largest r whose leading r x r block R11 has smin >= rcond * smax (LAPACK estimates
+    these incrementally; here they are the blocks' exact singular values), then the minimum-norm
+    solution of [R11 R12] P^T x = (Q^H B)[:r] (LAPACK's complete orthogonal factorization)."""
+    m, n = a.shape[-2:]
+    kmin = min(m, n)
+    eps = float(np.finfo(np.dtype(a.dtype)).eps)
+    q, r, perm = lax_linalg.qr(a, pivoting=True, full_matrices=False)
+    real = jnp.finfo(a.dtype).dtype
+    rcond = eps * max(m, n) if rcond is None else jnp.maximum(jnp.asarray(rcond, real), 0.0)
+    ok = []
+    for size in range(1, kmin + 1):
+        block = lax_linalg.svd(r[..., :size, :size], full_matrices=False, compute_uv=False)
+        ok.append(block[..., -1] >= rcond * block[..., 0])
+    ok = jnp.stack(ok, axis=-1) & (jnp.abs(r[..., :1, 0]) > 0)
+    rank = jnp.sum(jnp.cumprod(ok, axis=-1), axis=-1).astype(jnp.int64)
+    rows = jnp.arange(kmin)[:, None] < rank[..., None, None]
+    trapezoid = jnp.where(rows, r, 0)
+    u, s, vh = lax_linalg.svd(trapezoid, full_matrices=False, compute_uv=True)
+    kept = jnp.arange(kmin) < rank[..., None]
+    inverse = jnp.where(kept, 1 / jnp.where(kept, s, 1), 0).astype(a.dtype)
+    c = jnp.where(rows, jnp.matmul(mh(q), rhs, precision=HIGHEST), 0)
+    y = jnp.matmul(mh(vh), jnp.matmul(mh(u), c, precision=HIGHEST) * inverse[..., :, None], precision=HIGHEST)
+    inverse_perm = jnp.argsort(perm, axis=-1)
+    y = jnp.broadcast_to(y, (*jnp.broadcast_shapes(y.shape[:-2], inverse_perm.shape[:-1]), *y.shape[-2:]))
+    inverse_perm = jnp.broadcast_to(inverse_perm, (*y.shape[:-2], n))
+    return jnp.take_along_axis(y, inverse_perm[..., :, None], axis=-2), rank
+
+
+@lowering(aten.linalg_lstsq.default, size=_lstsq_size)
+def lstsq(a: Any, b: Any, rcond: Any = None, driver: str | None = None, size: Any = None) -> tuple[Any, ...]:
+    """torch.linalg.lstsq, PyTorch CPU's outputs for each LAPACK driver:
+
+    * gels (QR, or LQ for m < n; assumes full rank): Householder QR from XLA. An exactly zero
+      diagonal element of R raises CPU's error; residuals (sum of squares of rows n: of Q^H B, as
+      LAPACK leaves them) for m > n; rank and singular values empty.
+    * gelsy (QR with column pivoting, as on CPU): the rank from the leading blocks of the pivoted
+      R (exact singular values where LAPACK estimates them incrementally), then the minimum-norm
+      solution of the rank-truncated problem. Agrees with CPU within float tolerance where the
+      rank is clear; near the cut-off the two rules can count a different rank. No residuals or
+      singular values.
+    * gelsd/gelss (SVD): truncated-SVD minimum-norm solution, rank and singular values; residuals
+      (|B - A X|^2 summed over rows) for m > n only when every matrix of the batch has rank n.
+
+    Rank and singular values have the input's batch shape, the solution and residuals the
+    broadcast batch shape, as on CPU."""
+    vector, driver = _lstsq_checks(a, b, driver)
+    m, n = a.shape[-2:]
+    rhs = b[..., None] if vector else b
+    k = rhs.shape[-1]
+    batch = broadcast_shape(a.shape[:-2], rhs.shape[:-2])
+    real = jnp.finfo(a.dtype).dtype
+    empty_real = jnp.zeros((0,), real)
+    empty_rank = jnp.zeros((0,), jnp.int64)
+    a_full = jnp.broadcast_to(a, (*batch, m, n))
+    rhs = jnp.broadcast_to(rhs, (*batch, m, k))
+    residuals = empty_real
+    if driver == "gels":
+        if min(m, n) == 0:
+            x = jnp.zeros((*batch, n, k), a.dtype)
+            if m > n:
+                residuals = jnp.zeros((*batch, k), real)
+        elif m >= n:
+            q, r = lax_linalg.qr(a_full, full_matrices=True)
+            _gels_info_check(r[..., :n, :])
+            c = jnp.matmul(mh(q), rhs, precision=HIGHEST)
+            x = lax_linalg.triangular_solve(r[..., :n, :], c[..., :n, :], left_side=True, lower=False)
+            if m > n:
+                residuals = jnp.sum(jnp.abs(c[..., n:, :]) ** 2, axis=-2)
+        else:  # A = L Q^H from A^H = Q R: the minimum-norm solution Q L^{-1} B
+            q, r = lax_linalg.qr(mh(a_full), full_matrices=False)
+            _gels_info_check(r)
+            y = lax_linalg.triangular_solve(
+                r, rhs, left_side=True, lower=False, transpose_a=True, conjugate_a=True
+            )
+            x = jnp.matmul(q, y, precision=HIGHEST)
+        rank, singular = empty_rank, empty_real
+    else:
+        if min(m, n) == 0:
+            rank = jnp.zeros(a.shape[:-2], jnp.int64)
+            s = jnp.zeros((*a.shape[:-2], 0), real)
+            x = jnp.zeros((*batch, n, k), a.dtype)
+            if m > n and driver != "gelsy":
+                residuals = jnp.sum(jnp.abs(rhs) ** 2, axis=-2)
+        elif driver == "gelsy":
+            x, rank = _gelsy(a, rhs, rcond)
+            s = empty_real
+        else:
+            u, s, vh, rank = _lstsq_svd(a, rcond, driver)
+            cut = jnp.take_along_axis(s, jnp.clip(rank - 1, 0)[..., None], axis=-1)
+            kept = (s >= cut) & (rank[..., None] > 0)
+            inverse = jnp.where(kept, 1 / jnp.where(kept, s, 1), 0).astype(a.dtype)
+            c = jnp.matmul(mh(u), rhs, precision=HIGHEST) * inverse[..., :, None]
+            x = jnp.matmul(mh(vh), c, precision=HIGHEST)
+            if m > n and driver != "gelsy" and size:
+                fit = jnp.matmul(a_full, x, precision=HIGHEST)
+                residuals = jnp.sum(jnp.abs(rhs - fit) ** 2, axis=-2)
+        singular = s if driver != "gelsy" else empty_real
+    if vector:
+        x = x[..., 0]
+    return x, residuals.astype(real), rank, singular.astype(real)
