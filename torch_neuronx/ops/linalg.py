@@ -883,9 +883,7 @@ def lstsq(a: Any, b: Any, rcond: Any = None, driver: str | None = None, size: An
         else:  # A = L Q^H from A^H = Q R: the minimum-norm solution Q L^{-1} B
             q, r = lax_linalg.qr(mh(a_full), full_matrices=False)
             _gels_info_check(r)
-            y = lax_linalg.triangular_solve(
-                r, rhs, left_side=True, lower=False, transpose_a=True, conjugate_a=True
-            )
+            y = lax_linalg.triangular_solve(r, rhs, left_side=True, lower=False, transpose_a=True, conjugate_a=True)
             x = jnp.matmul(q, y, precision=HIGHEST)
         rank, singular = empty_rank, empty_real
     else:
