@@ -218,3 +218,27 @@ def test_host_cores_setting(monkeypatch):
     monkeypatch.setenv("TORCH_NEURONX_HOST_CORES", "all")
     with pytest.raises(ValueError, match="TORCH_NEURONX_HOST_CORES must be a whole number of cores, got 'all'"):
         cores.host_cores()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.complex64])
+def test_host_copy_into_whole_storage(dtype: torch.dtype) -> None:
+    """copy_ from host into a tensor that is its whole storage: views see the new values, work
+    queued before the copy reads the old ones, the device copy is private (the host tensor may
+    change at once), and later in-place ops write it without touching the host tensor."""
+    a = torch.arange(12).to(dtype).to("neuron")
+    row = a.view(3, 4)[1]
+    before = a * 2
+    src = torch.full((12,), 7).to(dtype)
+    a.copy_(src)
+    src.fill_(0)
+    a.add_(1)
+    assert torch.equal(a.cpu(), torch.full((12,), 8).to(dtype))
+    assert torch.equal(row.cpu(), torch.full((4,), 8).to(dtype))
+    assert torch.equal(before.cpu(), torch.arange(12).to(dtype) * 2)
+    assert torch.equal(src, torch.zeros(12, dtype=dtype))
+    part = torch.zeros(12, dtype=dtype).to("neuron")
+    part[2:6].copy_(torch.ones(4, dtype=dtype))  # a part of its storage: a device copy
+    assert torch.equal(part.cpu(), torch.tensor([0, 0, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0]).to(dtype))
+    bits = torch.zeros(4, device="neuron").view(torch.int32)  # its buffer holds float32 elements
+    bits.copy_(torch.tensor([1065353216] * 4, dtype=torch.int32))
+    assert torch.equal(bits.view(torch.float32).cpu(), torch.ones(4))

@@ -95,9 +95,11 @@ def to_numpy(t: torch.Tensor) -> np.ndarray:
 def upload(cpu: torch.Tensor) -> Any:
     """A flat device buffer holding a copy of a CPU tensor's elements in row-major order."""
     jax_dtype(cpu.dtype)  # clear error for unsupported dtypes
-    flat = cpu.detach().resolve_conj().resolve_neg().contiguous().reshape(-1)
-    # PJRT CPU may alias aligned host memory even with may_alias=False: hand it a private copy.
-    return jax.device_put(np.array(to_numpy(flat), copy=True), device())
+    # One copy, into memory no one else holds: PJRT CPU aliases aligned host memory (torch's
+    # allocator aligns to 64 bytes) instead of copying it again, and keeps the array alive.
+    private = torch.empty(cpu.shape, dtype=cpu.dtype)
+    private.copy_(cpu.detach())
+    return jax.device_put(to_numpy(private.view(-1)), device())
 
 
 def to_device(cpu: torch.Tensor) -> torch.Tensor:
