@@ -71,6 +71,39 @@ def all_reduce_async_and_views(cpu: Any) -> None:
     vs_gloo(cpu, future, rand(5, 3))
 
 
+def staging_and_device_work(cpu: Any) -> None:
+    """The transport reads and writes device memory directly where it can (CPU platform, a
+    tensor that is its whole storage): work queued before a collective sees the old values,
+    views and later in-place ops the new ones, on either path."""
+
+    def around(group: Any, t: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        before = t * 2  # queued before the collective: reads the values it started with
+        row = t.view(4, -1)[1]
+        dist.all_reduce(t, group=group)
+        t.add_(1)
+        dist.all_reduce(t, op=R.MAX, group=group)
+        return before, row.clone(), t.clone()
+
+    vs_gloo(cpu, around, rand(64, 32))
+
+    def in_place_all_gather(group: Any, t: torch.Tensor) -> torch.Tensor:
+        out = t.new_zeros((WORLD * t.shape[0], *t.shape[1:]))
+        mine = out[RANK * t.shape[0] : (RANK + 1) * t.shape[0]]
+        mine.copy_(t)
+        dist.all_gather_into_tensor(out, mine, group=group)  # input is a view of the output (FSDP2)
+        return out
+
+    vs_gloo(cpu, in_place_all_gather, rand(8, 5))
+
+    def same_tensor_twice(group: Any, t: torch.Tensor) -> torch.Tensor:
+        out = torch.empty_like(t)
+        dist.all_to_all_single(out, t, group=group)
+        dist.all_to_all_single(t, t.clone(), group=group)
+        return out
+
+    vs_gloo(cpu, same_tensor_twice, rand(4 * WORLD, 3))
+
+
 def broadcast_reduce(cpu: Any) -> None:
     for src in (0, WORLD - 1):
         vs_gloo(cpu, lambda g, t, s=src: dist.broadcast(t, src=s, group=g), rand(4, 3, dtype=torch.bfloat16))
@@ -329,6 +362,7 @@ def errors(cpu: Any) -> None:
 
 ALL = [
     all_reduce,
+    staging_and_device_work,
     all_reduce_complex,
     all_reduce_async_and_views,
     broadcast_reduce,

@@ -1,14 +1,15 @@
-"""PrivateUse1 kernels for the `c10d::*` ops: stage neuron tensors through host and Gloo.
+"""PrivateUse1 kernels for the `c10d::*` ops: neuron tensors through Gloo on the host.
 
 Every collective the Python API, DDP, FSDP2 and the functional collectives (`_c10d_functional`,
 used by DTensor) issue on neuron tensors reaches one of these kernels through the dispatcher.
-A kernel copies the device tensors to host, runs the same collective on the process group's
-`neuron` backend (a `ProcessGroupGloo`), and writes the results back into the device tensors.
+A kernel hands the device tensors to the process group's `neuron` backend (a `ProcessGroupGloo`)
+as host tensors (`_Staging`: on the CPU platform the device memory itself, elsewhere copies) and
+makes the host results the device tensors' contents.
 
 Collectives finish inside the kernel and return a completed `Work` whose future holds the device
 tensors (DDP reads its bucket from that future). Point-to-point stays asynchronous so that
 exchanges in any order cannot deadlock: `send` returns Gloo's own work (the host copy lives in it)
-and `recv_` returns a `_RecvWork` that copies the received data to the device on `wait()`.
+and `recv_` returns a `_RecvWork` that makes the received data the device's on `wait()`.
 A peer that dies makes Gloo raise (connection closed, or the group timeout) and the error
 propagates from the collective call.
 """
@@ -25,6 +26,9 @@ import torch
 import torch._C._distributed_c10d as _c10d
 import torch.distributed as dist
 
+from ..eager.tensor import adopt, fills_storage
+from ..eager.transfer import download, host_owned, host_view
+
 _NEURON = torch.device("neuron")
 _RedOp = dist.ReduceOp.RedOpType
 Tensors = list[torch.Tensor]
@@ -34,32 +38,47 @@ _library: list[torch.library.Library] = []
 
 
 class _Staging:
-    """Host twins of the device tensors of one call; `back()` writes host results to the device."""
+    """Host tensors for the device tensors of one call; `back()` makes host results device data.
+
+    On the CPU platform a device tensor that is its whole storage is handed over as it is: inputs
+    as read-only host views, outputs as host views of its buffer taken from every earlier reader
+    (`host_owned`), so the transport reads and writes device memory with no copy. Anything else
+    is copied to a private host tensor, which `back()` adopts as the device buffer (or copies into
+    a view)."""
 
     def __init__(self) -> None:
         self.pairs: list[tuple[torch.Tensor, torch.Tensor]] = []
 
-    def put(self, t: torch.Tensor) -> torch.Tensor:
-        """An input: its host copy (CPU tensors pass through)."""
-        return t.detach().cpu().contiguous() if t.device.type == "neuron" else t
-
-    def out(self, t: torch.Tensor, keep: bool = False) -> torch.Tensor:
-        """An output (`keep`: also an input): a host buffer whose contents go back into `t`."""
+    def put(self, t: torch.Tensor, view: bool = True) -> torch.Tensor:
+        """An input (`view=False`: always a copy, for a transport that reads after returning)."""
         if t.device.type != "neuron":
             return t
-        host = self.put(t) if keep else torch.empty(t.shape, dtype=t.dtype)
-        self.pairs.append((t, host))
+        host = host_view(t) if view else None
+        return host if host is not None else download(t)
+
+    def out(self, t: torch.Tensor, keep: bool = False) -> torch.Tensor:
+        """An output (`keep`: also an input)."""
+        if t.device.type != "neuron":
+            return t
+        host = host_owned(t)
+        if host is None:
+            host = download(t) if keep else torch.empty(t.shape, dtype=t.dtype)
+            self.pairs.append((t, host))
         return host
 
-    def puts(self, ts: Sequence[torch.Tensor]) -> list[torch.Tensor]:
-        return [self.put(t) for t in ts]
+    def puts(self, ts: Sequence[torch.Tensor], view: bool = True) -> list[torch.Tensor]:
+        return [self.put(t, view) for t in ts]
 
     def outs(self, ts: Sequence[torch.Tensor], keep: bool = False) -> list[torch.Tensor]:
         return [self.out(t, keep) for t in ts]
 
     def back(self) -> None:
         for device_tensor, host in self.pairs:
-            device_tensor.copy_(host)
+            if fills_storage(device_tensor):
+                adopt(device_tensor, host)
+            else:
+                device_tensor.copy_(host)
+        self.pairs.clear()
 
 
 def _backend(process_group: Any) -> Any:
@@ -396,7 +415,7 @@ def barrier(
 
 
 def send(tensors: Tensors, process_group: Script, dst: int, tag: int) -> Any:
-    host = _Staging().puts(tensors)
+    host = _Staging().puts(tensors, view=False)  # Gloo sends after returning: a private copy
     return _backend(process_group).send(host, dst, tag).boxed()
 
 

@@ -17,7 +17,7 @@ from ..ops._dtypes import jax_dtype
 from ..ops.geometry import contiguous_strides, numel
 from ..runtime.memory import memory
 from .kernel import Kernel
-from .tensor import _CPU, allocation, new_tensor, to_device, upload
+from .tensor import _CPU, allocation, fills_storage, new_tensor, to_device, upload
 from .transfer import download
 
 aten = torch.ops.aten
@@ -100,24 +100,13 @@ def copy_(self: torch.Tensor, src: torch.Tensor, non_blocking: bool = False) -> 
         self.copy_(download(src))
         return self
     if src.device.type == "cpu" and (src.dim() > 0 or self.dim() == 0):
-        if src.shape == self.shape and src.dtype == self.dtype and _whole_storage(self):
+        if src.shape == self.shape and src.dtype == self.dtype and fills_storage(self):
             # The upload becomes the storage's buffer: no device copy. The old buffer is never
             # written (a queued executable reading it keeps its own reference).
             allocation(self).buffer = upload(src)
             return self
         src = to_device(src)
     return _device_copy()(self, src)
-
-
-def _whole_storage(t: torch.Tensor) -> bool:
-    """`t` covers its storage exactly, in row-major order, as a buffer of its own dtype."""
-    return (
-        t.is_contiguous()
-        and t.storage_offset() == 0
-        and t.numel() * t.element_size() == t.untyped_storage().nbytes()
-        and not (t.is_conj() or t.is_neg())
-        and allocation(t).dtype == t.dtype
-    )
 
 
 @storage_kernel(aten._copy_from.default)

@@ -102,6 +102,24 @@ def upload(cpu: torch.Tensor) -> Any:
     return jax.device_put(to_numpy(private.view(-1)), device())
 
 
+def fills_storage(t: torch.Tensor) -> bool:
+    """`t` covers its storage exactly, in row-major order, as a buffer of its own dtype."""
+    return (
+        t.is_contiguous()
+        and t.storage_offset() == 0
+        and t.numel() * t.element_size() == t.untyped_storage().nbytes()
+        and not (t.is_conj() or t.is_neg())
+        and allocation(t).dtype == t.dtype
+    )
+
+
+def adopt(t: torch.Tensor, host: torch.Tensor) -> None:
+    """A contiguous CPU tensor of `t`'s shape and dtype that nothing else holds becomes the buffer
+    of `t`, which `fills_storage`: PJRT CPU takes the aligned host memory as it is; other
+    platforms copy it once."""
+    allocation(t).buffer = jax.device_put(to_numpy(host.view(-1)), device())
+
+
 def to_device(cpu: torch.Tensor) -> torch.Tensor:
     """A new contiguous neuron tensor equal to a CPU tensor."""
     return new_tensor(cpu.shape, cpu.dtype, upload(cpu))
