@@ -1,5 +1,6 @@
-"""Distributed benchmarks for `torchneuron bench`: all-reduce bus bandwidth on neuron tensors next
-to Gloo on plain CPU tensors, and FSDP2 training step time, for several process counts.
+"""Distributed benchmarks for `torchneuron bench`: all-reduce bus bandwidth, FSDP2 and DDP training
+step time on neuron tensors next to Gloo on plain CPU tensors, for several process counts (DDP
+also with every collective synchronous, to show what overlap buys).
 
 Each measurement spawns its own processes (loopback TCPStore, one `neuron:0` per process) and
 returns plain dicts. `python -m torch_neuronx.bench.collectives` prints a table.
@@ -87,23 +88,18 @@ def allreduce_bandwidth(
     return rows
 
 
-def _fsdp_worker(rank: int, world: int, port: int, queue: Any, dim: int, depth: int, batch: int, steps: int) -> None:
+def _mlp(dim: int, depth: int, device: str) -> Any:
     import torch
-    import torch.distributed as dist
-    import torch.nn.functional as F  # noqa: N812
     from torch import nn
-    from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.fsdp import fully_shard
 
-    _init(rank, world, port, "neuron")
     torch.manual_seed(0)
     blocks = [nn.Sequential(nn.Linear(dim, 4 * dim), nn.GELU(), nn.Linear(4 * dim, dim)) for _ in range(depth)]
-    model = nn.Sequential(*blocks).to("neuron")
-    mesh = init_device_mesh("neuron", (world,))
-    for block in model:
-        fully_shard(block, mesh=mesh)
-    fully_shard(model, mesh=mesh)
-    x = torch.randn(batch, dim, device="neuron")
+    return nn.Sequential(*blocks).to(device)
+
+
+def _train_step(model: Any, x: Any) -> Any:
+    import torch
+    import torch.nn.functional as F  # noqa: N812
 
     def step() -> None:
         loss = F.mse_loss(model(x), x)
@@ -114,7 +110,52 @@ def _fsdp_worker(rank: int, world: int, port: int, queue: Any, dim: int, depth: 
                 p.grad = None
         loss.item()  # wait for the step's device work
 
-    seconds = _time(step, steps)
+    return step
+
+
+def _ddp_worker(
+    rank: int, world: int, port: int, queue: Any, device: str, sync: bool, dim: int, depth: int, batch: int, steps: int
+) -> None:
+    os.environ["TORCH_NEURONX_ASYNC_COLLECTIVES"] = "0" if sync else "1"
+    import torch
+    from torch.nn.parallel import DistributedDataParallel
+
+    _init(rank, world, port, "neuron" if device == "neuron" else "gloo")
+    model = DistributedDataParallel(_mlp(dim, depth, device))
+    seconds = _time(_train_step(model, torch.randn(batch, dim, device=device)), steps)
+    if rank == 0:
+        queue.put(seconds * 1e3)
+    import torch.distributed as dist
+
+    dist.destroy_process_group()
+
+
+def ddp_step_time(world: int = 2, dim: int = 512, depth: int = 8, batch: int = 8, steps: int = 5) -> dict[str, Any]:
+    """DDP forward + backward + SGD step: neuron with asynchronous collectives (the gradient
+    all-reduce overlapping the rest of the backward), neuron with every collective synchronous,
+    and the same model on CPU tensors with Gloo."""
+    runs = {"neuron": ("neuron", False), "neuron_sync": ("neuron", True), "gloo_cpu": ("cpu", False)}
+    times = {name: _spawn(_ddp_worker, world, *run, dim, depth, batch, steps) for name, run in runs.items()}
+    params = sum(p.numel() for p in _mlp(dim, depth, "cpu").parameters())
+    return {"world": world, "params": params, **{f"{name}_ms": ms for name, ms in times.items()}}
+
+
+def _fsdp_worker(
+    rank: int, world: int, port: int, queue: Any, dim: int, depth: int, batch: int, steps: int, device: str = "neuron"
+) -> None:
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    _init(rank, world, port, "neuron" if device == "neuron" else "gloo")
+    model = _mlp(dim, depth, device)
+    mesh = init_device_mesh(device, (world,))
+    for block in model:
+        fully_shard(block, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    x = torch.randn(batch, dim, device=device)
+    seconds = _time(_train_step(model, x), steps)
     params = sum(p.numel() for p in model.parameters())
     if rank == 0:
         queue.put({"world": world, "params": params, "batch_per_rank": batch, "step_ms": seconds * 1e3})
@@ -124,8 +165,14 @@ def _fsdp_worker(rank: int, world: int, port: int, queue: Any, dim: int, depth: 
 def fsdp_step_time(
     worlds: tuple[int, ...] = (1, 2, 4), dim: int = 256, depth: int = 4, batch: int = 8, steps: int = 3
 ) -> list[dict[str, Any]]:
-    """FSDP2 (`fully_shard` per block) forward + backward + SGD step time per process count."""
-    return [_spawn(_fsdp_worker, world, dim, depth, batch, steps) for world in worlds]
+    """FSDP2 (`fully_shard` per block) forward + backward + SGD step time per process count, on
+    neuron and on CPU tensors with Gloo."""
+    rows = []
+    for world in worlds:
+        row = _spawn(_fsdp_worker, world, dim, depth, batch, steps)
+        row["gloo_cpu_step_ms"] = _spawn(_fsdp_worker, world, dim, depth, batch, steps, "cpu")["step_ms"]
+        rows.append(row)
+    return rows
 
 
 def run(worlds: tuple[int, ...] = (2, 4), sizes_mb: tuple[int, ...] = DEFAULT_SIZES_MB) -> dict[str, Any]:
@@ -133,6 +180,7 @@ def run(worlds: tuple[int, ...] = (2, 4), sizes_mb: tuple[int, ...] = DEFAULT_SI
     return {
         "allreduce": allreduce_bandwidth(worlds, sizes_mb),
         "fsdp2": fsdp_step_time((1, *worlds)),
+        "ddp": [ddp_step_time(world) for world in worlds],
         "cpu_count": os.cpu_count(),
     }
 
@@ -148,9 +196,15 @@ def format_table(result: dict[str, Any]) -> str:
             f"{row['world']:>5}  {row['size_mb']:>4}MB {n['ms']:>10.1f} {n['busbw_gbs']:>11.3f} "
             f"{c['ms']:>13.1f} {c['busbw_gbs']:>11.3f}"
         )
-    lines += ["", "FSDP2 step (fwd+bwd+update)", "procs  params     ms/step"]
+    lines += ["", "FSDP2 step (fwd+bwd+update)", "procs  params     neuron ms  gloo-cpu ms"]
     for row in result["fsdp2"]:
-        lines.append(f"{row['world']:>5}  {row['params']:>9,} {row['step_ms']:>10.1f}")
+        lines.append(f"{row['world']:>5}  {row['params']:>9,} {row['step_ms']:>10.1f} {row['gloo_cpu_step_ms']:>12.1f}")
+    lines += ["", "DDP step (fwd+bwd+update)", "procs  params     neuron ms  all-sync ms  gloo-cpu ms"]
+    for row in result["ddp"]:
+        lines.append(
+            f"{row['world']:>5}  {row['params']:>9,} {row['neuron_ms']:>10.1f} {row['neuron_sync_ms']:>12.1f}"
+            f" {row['gloo_cpu_ms']:>12.1f}"
+        )
     return "\n".join(lines)
 
 

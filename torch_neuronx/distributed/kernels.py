@@ -16,6 +16,7 @@ propagates from the collective call.
 
 from __future__ import annotations
 
+import os
 import threading
 import warnings
 from collections.abc import Sequence
@@ -35,6 +36,8 @@ Tensors = list[torch.Tensor]
 Script = Any  # a torch.ScriptObject (boxed ProcessGroup / ReduceOp)
 _lock = threading.Lock()
 _library: list[torch.library.Library] = []
+# `0`: every collective completes inside its call (to localize an error, or to measure overlap).
+_ASYNC = os.environ.get("TORCH_NEURONX_ASYNC_COLLECTIVES", "1") != "0"
 
 
 class _Staging:
@@ -127,17 +130,77 @@ def _wait(backend: Any, what: str, work: Any, timeout: timedelta | None = None) 
         else:
             work.wait()
     except RuntimeError as e:
-        raise dist.DistBackendError(
-            f"neuron: {what} failed on rank {backend.rank()} of {backend.size()}: {e}\nA peer process exited, or "
-            f"did not reach this collective within the process group's timeout ({backend.options._timeout})."
-        ) from e
+        raise _failure(backend, what, e) from e
 
 
-def _finish(stage: _Staging, backend: Any, what: str, work: Any, value: Any) -> Any:
-    """Wait for a host collective, write its results to the device, return a completed work."""
+def _failure(backend: Any, what: str, error: BaseException) -> dist.DistBackendError:
+    return dist.DistBackendError(
+        f"neuron: {what} failed on rank {backend.rank()} of {backend.size()}: {error}\nA peer process exited, or "
+        f"did not reach this collective within the process group's timeout ({backend.options._timeout})."
+    )
+
+
+def _finish(stage: _Staging, backend: Any, what: str, work: Any, value: Any, async_op: bool) -> Any:
+    """The work a collective kernel returns: pending while Gloo runs it on its own threads
+    (`async_op`, as DDP, FSDP2 and the functional collectives issue them), else completed."""
+    if async_op and _ASYNC:
+        try:
+            return _PendingWork(backend, what, work, stage, value).boxed()
+        except RuntimeError:  # a Gloo work without a future (reduce_scatter of a list)
+            pass
     _wait(backend, what, work)
     stage.back()
     return _done(value)
+
+
+class _PendingWork(dist.Work):
+    """A collective that Gloo runs on its own threads. Its host results become the device's once:
+    on `wait()`, or as Gloo's future completes when the future was asked for (DDP chains its
+    bucket's next step on it, so the all-reduce overlaps the rest of the backward)."""
+
+    # Python works must outlive the dispatcher's reference: kept until waited or completed.
+    live: set[_PendingWork] = set()
+
+    def __init__(self, backend: Any, what: str, inner: Any, stage: _Staging, value: Any) -> None:
+        super().__init__()
+        self.inner_future = inner.get_future()
+        self.backend, self.what, self.inner, self.stage, self.value = backend, what, inner, stage, value
+        self.finished = False
+        self.lock = threading.Lock()
+        _PendingWork.live.add(self)
+
+    def _finish(self) -> None:
+        with self.lock:
+            if not self.finished:
+                self.stage.back()
+                self.finished = True
+        _PendingWork.live.discard(self)
+
+    def wait(self, timeout: timedelta = timedelta(0)) -> bool:
+        _wait(self.backend, self.what, self.inner, timeout or None)
+        self._finish()
+        return True
+
+    def is_completed(self) -> bool:
+        if not self.finished and self.inner.is_completed() and self.inner.is_success():
+            self._finish()
+        return self.finished or self.inner.is_completed()
+
+    def is_success(self) -> bool:
+        return self.inner.is_success()
+
+    def get_future(self) -> torch.futures.Future:
+        def finished(future: torch.futures.Future) -> Any:
+            # Runs on Gloo's thread as its future completes, before its work counts as
+            # completed: the future, not the work, says how it ended.
+            try:
+                future.value()
+            except RuntimeError as e:
+                raise _failure(self.backend, self.what, e) from e
+            self._finish()
+            return self.value
+
+        return self.inner_future.then(finished)
 
 
 class _RecvWork(dist.Work):
@@ -199,7 +262,7 @@ def allreduce_(
     opts = _options(_c10d.AllreduceOptions, timeout, reduceOp=_reduce_op(reduce_op))
     backend = _backend(process_group)
     work = backend.allreduce(host, opts)
-    return tensors, _finish(stage, backend, "all_reduce", work, tensors)
+    return tensors, _finish(stage, backend, "all_reduce", work, tensors, async_op)
 
 
 def allreduce_coalesced_(
@@ -210,7 +273,7 @@ def allreduce_coalesced_(
     opts = _options(_c10d.AllreduceCoalescedOptions, timeout, reduceOp=_reduce_op(reduce_op))
     backend = _backend(process_group)
     work = backend.allreduce_coalesced(host, opts)
-    return _finish(stage, backend, "all_reduce_coalesced", work, tensors)
+    return _finish(stage, backend, "all_reduce_coalesced", work, tensors, async_op)
 
 
 def broadcast_(
@@ -221,7 +284,7 @@ def broadcast_(
     host = stage.outs(tensors, keep=backend.rank() == root_rank)
     opts = _options(_c10d.BroadcastOptions, timeout, rootRank=root_rank, rootTensor=root_tensor)
     work = backend.broadcast(host, opts)
-    return tensors, _finish(stage, backend, "broadcast", work, tensors)
+    return tensors, _finish(stage, backend, "broadcast", work, tensors, async_op)
 
 
 def reduce_(
@@ -240,7 +303,7 @@ def reduce_(
     )
     backend = _backend(process_group)
     work = backend.reduce(host, opts)
-    return _finish(stage, backend, "reduce", work, tensors)
+    return _finish(stage, backend, "reduce", work, tensors, async_op)
 
 
 def allgather_(
@@ -252,7 +315,7 @@ def allgather_(
     opts = _options(_c10d.AllgatherOptions, timeout)
     backend = _backend(process_group)
     work = backend.allgather(host_out, host_in, opts)
-    return output_tensors, _finish(stage, backend, "all_gather", work, output_tensors)
+    return output_tensors, _finish(stage, backend, "all_gather", work, output_tensors, async_op)
 
 
 def _allgather_base_(
@@ -267,7 +330,7 @@ def _allgather_base_(
     opts = _options(_c10d.AllgatherOptions, timeout)
     backend = _backend(process_group)
     work = backend._allgather_base(host_out, host_in, opts)
-    return output_tensor, _finish(stage, backend, "all_gather_into_tensor", work, output_tensor)
+    return output_tensor, _finish(stage, backend, "all_gather_into_tensor", work, output_tensor, async_op)
 
 
 def allgather_coalesced_(
@@ -278,7 +341,7 @@ def allgather_coalesced_(
     host_in = stage.puts(input_list)
     backend = _backend(process_group)
     work = backend.allgather_coalesced(host_out, host_in)
-    return _finish(stage, backend, "all_gather_coalesced", work, output_lists)
+    return _finish(stage, backend, "all_gather_coalesced", work, output_lists, async_op)
 
 
 def allgather_into_tensor_coalesced_(
@@ -308,7 +371,7 @@ def reduce_scatter_(
     opts = _options(_c10d.ReduceScatterOptions, timeout, reduceOp=_reduce_op(reduce_op))
     backend = _backend(process_group)
     work = backend.reduce_scatter(host_out, host_in, opts)
-    return output_tensors, _finish(stage, backend, "reduce_scatter", work, output_tensors)
+    return output_tensors, _finish(stage, backend, "reduce_scatter", work, output_tensors, async_op)
 
 
 def _reduce_scatter_base_(
@@ -324,7 +387,7 @@ def _reduce_scatter_base_(
     opts = _options(_c10d.ReduceScatterOptions, timeout, reduceOp=_reduce_op(reduce_op))
     backend = _backend(process_group)
     work = backend._reduce_scatter_base(host_out, host_in, opts)
-    return output_tensor, _finish(stage, backend, "reduce_scatter_tensor", work, output_tensor)
+    return output_tensor, _finish(stage, backend, "reduce_scatter_tensor", work, output_tensor, async_op)
 
 
 def reduce_scatter_tensor_coalesced_(
@@ -353,7 +416,7 @@ def alltoall_(
     opts = _options(_c10d.AllToAllOptions, timeout)
     backend = _backend(process_group)
     work = backend.alltoall(host_out, host_in, opts)
-    return output_tensors, _finish(stage, backend, "all_to_all", work, output_tensors)
+    return output_tensors, _finish(stage, backend, "all_to_all", work, output_tensors, async_op)
 
 
 def alltoall_base_(
@@ -370,7 +433,7 @@ def alltoall_base_(
     opts = _options(_c10d.AllToAllOptions, timeout)
     backend = _backend(process_group)
     work = backend.alltoall_base(host_out, host_in, output_split_sizes, input_split_sizes, opts)
-    return _finish(stage, backend, "all_to_all_single", work, [output])
+    return _finish(stage, backend, "all_to_all_single", work, [output], async_op)
 
 
 def gather_(
@@ -387,7 +450,7 @@ def gather_(
     opts = _options(_c10d.GatherOptions, timeout, rootRank=root_rank)
     backend = _backend(process_group)
     work = backend.gather(host_out, host_in, opts)
-    return _finish(stage, backend, "gather", work, output_tensors)
+    return _finish(stage, backend, "gather", work, output_tensors, async_op)
 
 
 def scatter_(
@@ -404,7 +467,7 @@ def scatter_(
     opts = _options(_c10d.ScatterOptions, timeout, rootRank=root_rank)
     backend = _backend(process_group)
     work = backend.scatter(host_out, host_in, opts)
-    return output_tensors, _finish(stage, backend, "scatter", work, output_tensors)
+    return output_tensors, _finish(stage, backend, "scatter", work, output_tensors, async_op)
 
 
 def barrier(
