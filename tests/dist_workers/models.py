@@ -199,6 +199,26 @@ def fsdp_mixed_precision() -> None:
     assert_params(runs["cpu"][1], runs["neuron"][1], rtol=2e-2, atol=2e-2)
 
 
+def fsdp_divide_factor() -> None:
+    """A custom gradient divide factor: FSDP2 would reduce with PREMUL_SUM, which Gloo lacks;
+    with sum-only reductions (the workaround the backend's error names) it divides on device,
+    and trains as the same FSDP2 program on CPU does."""
+    data = batches((4 * WORLD, 8), (4 * WORLD, 4))
+    runs = {}
+    for device in ("cpu", "neuron"):
+        torch.manual_seed(0)
+        model = Stack().to(device)
+        mesh = init_device_mesh(device, (WORLD,))
+        for block in model.blocks:
+            fully_shard(block, mesh=mesh)
+        fully_shard(model, mesh=mesh)
+        model.set_gradient_divide_factor(3.0 * WORLD)
+        model.set_force_sum_reduction_for_comms(True)
+        runs[device] = (train(model, data, device, RANK, WORLD), model)
+    assert_losses(runs["cpu"][0], runs["neuron"][0])
+    assert_params(runs["cpu"][1], runs["neuron"][1], **TOL)
+
+
 def dtensor() -> None:
     mesh = init_device_mesh("neuron", (WORLD,))
     g = torch.Generator().manual_seed(7)
@@ -287,6 +307,7 @@ GROUPS: dict[str, list[tuple[str, Callable[[], None]]]] = {
         ("fsdp.reshard", fsdp),
         ("fsdp.no_reshard", lambda: fsdp(False)),
         ("fsdp.mixed_precision", fsdp_mixed_precision),
+        ("fsdp.divide_factor", fsdp_divide_factor),
     ],
     "dtensor": [("dtensor", dtensor)],
     "tp": [("tensor_parallel", tensor_parallel)],

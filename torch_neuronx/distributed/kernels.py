@@ -110,7 +110,8 @@ def _reduce_op(reduce_op: Any) -> Any:
         # The factor lives in the C++ ReduceOp and is not readable from a Python kernel.
         raise NotImplementedError(
             "neuron: ReduceOp.PREMUL_SUM is not supported by the neuron c10d backend; use SUM and scale "
-            "the tensor (FSDP2: leave set_gradient_divide_factor unset or equal to the data-parallel size)"
+            "the tensor (FSDP2 with set_gradient_divide_factor: also call "
+            "model.set_force_sum_reduction_for_comms(True), which divides on device and reduces with SUM)"
         )
     return dist.ReduceOp(kind)
 
