@@ -30,12 +30,16 @@ ENTRIES = [
     "linalg.householder_product",
     "linalg.lstsq",
     "ormqr",
+    "linalg.ldl_factor",
+    "linalg.ldl_factor_ex",
+    "linalg.ldl_solve",
 ]
 
 
 @pytest.mark.parametrize("name", ENTRIES)
 def test_opinfo_float32_forward_backward(name: str) -> None:
-    assert check_family(("linalg",), find(name), torch.float32, grad=True, max_samples=3) > 0
+    opinfo = find(name)
+    assert check_family(("linalg",), opinfo, torch.float32, grad=opinfo.supports_autograd, max_samples=3) > 0
 
 
 def test_geqrf_is_lapacks_compact_qr() -> None:
@@ -276,3 +280,187 @@ def test_lstsq_gels_exactly_rank_deficient_raises(batched: bool) -> None:
     with fallback_disabled(), pytest.raises(RuntimeError) as neuron:
         torch.linalg.lstsq(a.to("neuron"), b.to("neuron"), driver="gels").solution.cpu()
     assert str(cpu.value) in str(neuron.value)
+
+
+# ---- LDL^T: Bunch-Kaufman factor and solve, LAPACK's layout and pivots ----------------------
+
+
+def _symmetric(*shape: int, dtype: torch.dtype, hermitian: bool = False, zero_diagonal: bool = False) -> torch.Tensor:
+    """A random symmetric (Hermitian) indefinite matrix; a zero diagonal forces 2x2 pivot blocks.
+    The strict upper triangle is garbage: sytrf reads only the lower one."""
+    a = torch.randn(*shape, dtype=dtype)
+    a = a + (a.mH if hermitian else a.mT)
+    if zero_diagonal:
+        a.diagonal(dim1=-2, dim2=-1).zero_()
+    return a + torch.triu(torch.full_like(a, 7.0), 1)
+
+
+@pytest.mark.parametrize(
+    "dtype, hermitian",
+    [
+        (torch.float32, False),
+        (torch.float64, False),
+        (torch.float64, True),
+        (torch.complex64, False),
+        (torch.complex64, True),
+        (torch.complex128, False),
+        (torch.complex128, True),
+    ],
+)
+def test_ldl_factor_as_cpu(dtype: torch.dtype, hermitian: bool) -> None:
+    """LD (LAPACK's compact layout) within tolerance, pivots (1-based, -p on both rows of a 2x2
+    block) and info exactly, for single matrices and batches; sizes 1 to 16 in single precision
+    (rounding of larger ones grows past its tolerance), up to 100 in double (sytrf's blocked
+    range, n > 64)."""
+    torch.manual_seed(0)
+    sizes = [1, 2, 3, 5, 8, 16] + ([] if dtype in (torch.float32, torch.complex64) else [65, 100])
+    with fallback_disabled():
+        for n in sizes:
+            for shape, zero_diagonal in [((n, n), False), ((n, n), n > 1), ((2, 3, n, n), n > 1)]:
+                a = _symmetric(*shape, dtype=dtype, hermitian=hermitian, zero_diagonal=zero_diagonal)
+                expected = torch.linalg.ldl_factor_ex(a, hermitian=hermitian)
+                got = torch.linalg.ldl_factor_ex(a.to("neuron"), hermitian=hermitian)
+                assert_same(tuple(expected), tuple(got))
+                if zero_diagonal:
+                    assert (expected.pivots < 0).any()  # 2x2 blocks exercised
+                plain = torch.linalg.ldl_factor(a.to("neuron"), hermitian=hermitian)
+                assert_same((expected.LD, expected.pivots), tuple(plain))
+
+
+def test_ldl_factor_pivot_cases() -> None:
+    """Hand-made cases: a 2x2 block with an interchange, singular columns, NaN and inf entries
+    (the pivots and info MKL gives: its i?amax picks the first NaN, only its complex routines stop
+    at a NaN pivot, ?syr skips zero columns so a NaN spreads only where MKL's does), empty inputs."""
+    nan, inf = float("nan"), float("inf")
+    cases = [
+        torch.tensor([[0.0, 1.0, 2.0], [1.0, 0.0, 3.0], [2.0, 3.0, 0.0]]),
+        torch.tensor([[0.0, 1.0], [1.0, 0.0]]),
+        torch.zeros(3, 3),
+        torch.tensor([[1.0, 0.0, 0.0], [0.0, 0.0, 0.0], [0.0, 0.0, 2.0]]),
+        torch.tensor([[nan, 1.0], [1.0, 2.0]]),
+        torch.tensor([[1.0, nan], [nan, 2.0]]),
+        torch.tensor([[0.0, 0.0], [nan, 0.0]]),
+        torch.tensor([[1.0, 0.0, 0.0], [inf, 2.0, 0.0], [3.0, 4.0, 5.0]]),
+        torch.zeros(0, 0),
+        torch.zeros(0, 2, 2),
+        torch.zeros(2, 0, 0),
+    ]
+    for column in ([1.0, nan, 3.0], [nan, 1.0, 3.0], [1.0, 3.0, nan]):
+        a = torch.eye(4) * 5
+        a[0, 0] = 0.1
+        a[1:, 0] = a[0, 1:] = torch.tensor(column)
+        cases.append(a)
+    with fallback_disabled():
+        for a in cases:
+            for dtype in (torch.float32, torch.complex128):
+                if dtype.is_complex and a.isinf().any():
+                    continue  # MKL's complex division by inf gives NaN where XLA's gives 0
+                x = a.to(dtype)
+                assert_same(tuple(torch.linalg.ldl_factor_ex(x)), tuple(torch.linalg.ldl_factor_ex(x.to("neuron"))))
+
+
+@pytest.mark.parametrize("batched", [False, True])
+def test_ldl_factor_singular_raises(batched: bool) -> None:
+    """ldl_factor (ATen's composite: factor, then its info check) raises CPU's error for a zero
+    pivot column; ldl_factor_ex raises it with check_errors=True and returns info without."""
+    a = torch.stack([torch.eye(3), torch.zeros(3, 3)]) if batched else torch.zeros(3, 3)
+    with pytest.raises(RuntimeError) as cpu:
+        torch.linalg.ldl_factor(a)
+    with fallback_disabled():
+        with pytest.raises(RuntimeError) as neuron:
+            torch.linalg.ldl_factor(a.to("neuron"))
+        assert str(cpu.value) in str(neuron.value)
+        with pytest.raises(RuntimeError) as cpu:
+            torch.linalg.ldl_factor_ex(a, check_errors=True)
+        with pytest.raises(RuntimeError) as neuron:
+            torch.linalg.ldl_factor_ex(a.to("neuron"), check_errors=True).info.cpu()
+        # CPU's is an internal assert (its info check has no message for sytrf); the message matches
+        assert str(cpu.value).endswith(str(neuron.value).split(": ", 2)[-1])
+        assert_same(tuple(torch.linalg.ldl_factor_ex(a)), tuple(torch.linalg.ldl_factor_ex(a.to("neuron"))))
+
+
+@pytest.mark.parametrize(
+    "dtype, hermitian",
+    [(torch.float32, False), (torch.float64, True), (torch.complex64, True), (torch.complex128, False)],
+)
+@pytest.mark.parametrize(
+    "ld_batch, b_batch", [((), ()), ((2,), ()), ((), (3,)), ((2, 3), (2, 3)), ((2,), (2,))], ids=str
+)
+def test_ldl_solve_as_cpu(dtype: torch.dtype, hermitian: bool, ld_batch: tuple, b_batch: tuple) -> None:
+    """Solutions from CPU's factors (2x2 blocks forced), B's batch broadcast with LD's as CPU does,
+    int32 and int64 pivots, a right-hand side without columns."""
+    torch.manual_seed(0)
+    with fallback_disabled():
+        for n, zero_diagonal in [(1, False), (2, True), (5, False), (5, True), (12, True)]:
+            a = _symmetric(*ld_batch, n, n, dtype=dtype, hermitian=hermitian, zero_diagonal=zero_diagonal)
+            ld, pivots, _ = torch.linalg.ldl_factor_ex(a, hermitian=hermitian)
+            for k, index_dtype in [(3, torch.int32), (1, torch.int64), (0, torch.int32)]:
+                b = torch.randn(*b_batch, n, k, dtype=dtype)
+                p = pivots.to(index_dtype)
+                expected = torch.linalg.ldl_solve(ld, p, b, hermitian=hermitian)
+                got = torch.linalg.ldl_solve(ld.to("neuron"), p.to("neuron"), b.to("neuron"), hermitian=hermitian)
+                assert_same(expected, got, **({"rtol": 1e-4, "atol": 1e-4} if dtype.itemsize <= 8 else {}))
+
+
+def test_ldl_solve_broadcasts_ld() -> None:
+    """An LD batch that B's batch must broadcast (CPU's kernel reads past LD there and crashes):
+    the solution of each broadcast system, as CPU gives it for LD expanded to the batch."""
+    torch.manual_seed(0)
+    ld, pivots, _ = torch.linalg.ldl_factor_ex(_symmetric(2, 1, 4, 4, dtype=torch.float64, zero_diagonal=True))
+    b = torch.randn(3, 4, 2, dtype=torch.float64)
+    expected = torch.linalg.ldl_solve(ld.expand(2, 3, 4, 4).contiguous(), pivots.expand(2, 3, 4).contiguous(), b)
+    with fallback_disabled():
+        assert_same(expected, torch.linalg.ldl_solve(ld.to("neuron"), pivots.to("neuron"), b.to("neuron")))
+
+
+def _ldl_error_cases() -> list[tuple]:
+    ld, pivots, _ = torch.linalg.ldl_factor_ex(_symmetric(3, 3, dtype=torch.float64))
+    b = torch.randn(3, 2, dtype=torch.float64)
+    return [
+        ("factor", (torch.randn(3),)),
+        ("factor", (torch.randn(3, 4),)),
+        ("factor", (torch.ones(3, 3, dtype=torch.int64),)),
+        ("factor", (torch.ones(3, 3, dtype=torch.float16),)),
+        ("factor", (torch.ones(2, 3, 3, dtype=torch.bfloat16),)),
+        ("solve", (ld[0], pivots, b)),
+        ("solve", (ld[:, :2], pivots, b)),
+        ("solve", (ld.long(), pivots, b.long())),
+        ("solve", (ld, pivots, b.float())),
+        ("solve", (ld, pivots, b[:, 0])),
+        ("solve", (ld, pivots, torch.randn(4, 2, dtype=torch.float64))),
+        ("solve", (ld, pivots[:2], b)),
+        ("solve", (ld, pivots.double(), b)),
+        ("solve", (ld, pivots.bool(), b)),
+        ("solve", (ld.expand(2, 3, 3), pivots.expand(2, 3), torch.randn(3, 3, 2, dtype=torch.float64))),
+        ("solve", (ld.half(), pivots, b.half())),
+    ]
+
+
+@pytest.mark.parametrize("case", range(16))
+def test_ldl_errors(case: int) -> None:
+    """CPU's argument checks, in its order and with its messages and exception types."""
+    which, args = _ldl_error_cases()[case]
+    fn = torch.linalg.ldl_factor_ex if which == "factor" else torch.linalg.ldl_solve
+    with pytest.raises((RuntimeError, IndexError, NotImplementedError)) as cpu:
+        fn(*args)
+    with fallback_disabled(), pytest.raises(cpu.type) as neuron:
+        fn(*(a.to("neuron") for a in args))
+    assert str(cpu.value) in str(neuron.value)
+
+
+@pytest.mark.parametrize("pivots", [[1, 0, 3], [1, -4, 3], [1, 2, 9]])
+def test_ldl_solve_pivot_range_raises(pivots: list[int]) -> None:
+    """CPU's range checks on the pivots (LAPACK would index out of bounds), raised at the next sync."""
+    args = (torch.eye(3), torch.tensor(pivots, dtype=torch.int32), torch.ones(3, 1))
+    with pytest.raises(RuntimeError) as cpu:
+        torch.linalg.ldl_solve(*args)
+    with fallback_disabled(), pytest.raises(RuntimeError) as neuron:
+        torch.linalg.ldl_solve(*(a.to("neuron") for a in args)).cpu()
+    assert str(cpu.value) in str(neuron.value)
+
+
+@pytest.mark.parametrize("name", ["linalg.ldl_factor", "linalg.ldl_factor_ex", "linalg.ldl_solve"])
+@pytest.mark.parametrize("dtype", [torch.float64, torch.complex64, torch.complex128])
+def test_ldl_opinfo_other_dtypes(name: str, dtype: torch.dtype) -> None:
+    """The OpInfo samples (PD and Hermitian PD matrices, empty ones) beyond float32."""
+    assert check_family(("linalg",), find(name), dtype, grad=False, max_samples=None) > 0

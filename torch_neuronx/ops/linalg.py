@@ -11,6 +11,7 @@ Errors that PyTorch reports through `info` stay in `info`; the composite callers
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import jax
@@ -389,6 +390,22 @@ def _linalg_input(name: str, a: Any, square: bool = True) -> None:
         raise RuntimeError(
             f"neuron: {name}: A must be batches of square matrices, "
             f"but they are {a.shape[-2]} by {a.shape[-1]} matrices"
+        )
+
+
+def _square_input(name: str, a: Any) -> None:
+    """PyTorch's squareCheckInputs then checkFloatingOrComplex, in that order and with their
+    messages; float16/bfloat16 pass (ops whose CPU kernel lacks them reject them later)."""
+    if a.ndim < 2:
+        raise RuntimeError(f"{name}: The input tensor A must have at least 2 dimensions.")
+    if a.shape[-1] != a.shape[-2]:
+        raise RuntimeError(
+            f"{name}: A must be batches of square matrices, but they are {a.shape[-2]} by {a.shape[-1]} matrices"
+        )
+    dtype = torch_dtype(a)
+    if not (dtype.is_floating_point or dtype.is_complex):
+        raise RuntimeError(
+            f"{name}: Expected a floating point or complex tensor as input. Got {scalar_type_name(dtype)}"
         )
 
 
@@ -910,3 +927,255 @@ def lstsq(a: Any, b: Any, rcond: Any = None, driver: str | None = None, size: An
     if vector:
         x = x[..., 0]
     return x, residuals.astype(real), rank, singular.astype(real)
+
+
+# ---- symmetric indefinite LDL^T: Bunch-Kaufman (LAPACK sytrf/hetrf, sytrs/hetrs) -----------
+
+# LAPACK's alpha for Bunch-Kaufman partial pivoting: the 1x1/2x2 choice that bounds element growth
+_BUNCH_KAUFMAN_ALPHA = (1 + 17**0.5) / 8
+
+
+def _cabs1(x: Any) -> Any:
+    """LAPACK's magnitude for pivot search (i?amax, CABS1): |re| + |im| for complex."""
+    return jnp.abs(x.real) + jnp.abs(x.imag) if jnp.iscomplexobj(x) else jnp.abs(x)
+
+
+def _fortran_max(a: Any, b: Any) -> Any:
+    """Fortran's MAX(a, b) as LAPACK is compiled (maxsd): `b` unless a > b, so a NaN in `a`
+    gives `b`. CPU's info for a NaN pivot (a zero column or not) follows from it."""
+    return jnp.where(a > b, a, b)
+
+
+def _ldl_kernel(kernel: str, a: Any) -> None:
+    """LAPACK has no half-precision sytrf/sytrs: CPU's kernel dispatch fails for them (only when
+    there is something to compute; empty inputs return before the kernel). `_square_input`
+    comes first."""
+    dtype = torch_dtype(a)
+    if dtype in (torch.float16, torch.bfloat16):
+        raise NotImplementedError(f"\"{kernel}\" not implemented for '{scalar_type_name(dtype)}'")
+
+
+def _sytf2(a: Any, hermitian: bool) -> tuple[Any, Any, Any]:
+    """One matrix's Bunch-Kaufman LDL^T, LAPACK's unblocked ?sytf2/?hetf2 with uplo='L' step by
+    step: the same pivot tests (alpha, |re| + |im| magnitudes, the first largest element, NaN
+    as MKL's pivot search sees it), the same 1x1/2x2 updates and scalings in the same order, and
+    LAPACK's output: L below the diagonal, D on it (a 2x2 block's off-diagonal at [k+1, k]),
+    1-based `ipiv` (-p on both rows of a 2x2 block), info = first zero pivot column.
+
+    A `fori_loop` over the n columns (compiles in ~1.5 s whatever n; unrolling the loop took
+    10 s at n = 16 and 67 s at n = 64), each step on the whole matrix with masks since the step
+    is dynamic: a step that is the second column of a 2x2 block changes nothing. The trailing
+    block is kept whole (mirrored from the lower triangle after each update, as LAPACK reads
+    only that), so LAPACK's interchange of rows/columns kk and kp in A[k:, k:] is a symmetric
+    permutation of it; the finished columns of L are never permuted (L = P1 L1 P2 L2 ...)."""
+    n = a.shape[-1]
+    complex_ = jnp.iscomplexobj(a)
+    hermitian = hermitian and complex_
+    index = jnp.arange(n)
+    rows, cols = index[:, None], index[None, :]
+
+    def mirrored(x: Any) -> Any:
+        upper = jnp.swapaxes(x, -1, -2)
+        return jnp.where(rows >= cols, x, jnp.conj(upper) if hermitian else upper)
+
+    def real_diagonal(x: Any) -> Any:  # ?hetf2 keeps D's diagonal (and the trailing one) real
+        return jnp.where(rows == cols, x.real.astype(x.dtype), x) if hermitian else x
+
+    def diagonal_magnitude(x: Any) -> Any:
+        return jnp.abs(x.real) if hermitian else _cabs1(x)
+
+    def step(k: Any, state: tuple[Any, Any, Any, Any]) -> tuple[Any, Any, Any, Any]:
+        a, ipiv, info, second = state
+        below = index > k
+        column = jnp.where(below, _cabs1(a[:, k]), -jnp.inf)
+        imax = jnp.argmax(column)  # the first largest, or the first NaN (as MKL's i?amax)
+        colmax = jnp.where(k < n - 1, column[imax], 0)
+        absakk = diagonal_magnitude(a[k, k])
+        zero = _fortran_max(absakk, colmax) == 0
+        if complex_:  # MKL's complex routines also stop at a NaN pivot (LAPACK's DISNAN), its real ones do not
+            zero = zero | jnp.isnan(absakk)
+        row = _cabs1(a[imax])
+        rowmax = jnp.max(jnp.where((index >= k) & (index < imax), row, -jnp.inf))
+        rest = jnp.max(jnp.where(index > imax, row, -jnp.inf))
+        rowmax = jnp.where(imax < n - 1, _fortran_max(rowmax, rest), rowmax)
+        alpha = _BUNCH_KAUFMAN_ALPHA
+        keep = zero | (absakk >= alpha * colmax) | (absakk >= alpha * colmax * (colmax / rowmax))
+        two = ~keep & ~(diagonal_magnitude(a[imax, imax]) >= alpha * rowmax)
+        kp = jnp.where(keep, k, imax)
+        kk = k + two
+        swap = index.at[kk].set(kp).at[kp].set(kk)
+        a = jnp.where((rows >= k) & (cols >= k), a[swap][:, swap], a)
+
+        # 1x1 pivot: A -= w (1/d) w^T (?syr/?her: x[i] * ((-1/d) * x[j]), columns where x[j] == 0
+        # skipped), then L = w / d. Masks, not zeros, keep the rest: 0 * inf would spread NaN
+        # where LAPACK never computes.
+        w = a[:, k]
+        if hermitian:
+            r = 1 / a[k, k].real
+            one = real_diagonal(a + w[:, None] * ((-r) * jnp.conj(w))[None, :])
+        else:
+            r = 1 / a[k, k]
+            one = a + w[:, None] * ((-r) * w)[None, :]
+        one = mirrored(jnp.where(below[:, None] & below[None, :] & (w != 0)[None, :], one, a))
+        one = jnp.where((cols == k) & below[:, None], (w * r)[:, None], one)
+
+        # 2x2 pivot: LAPACK's explicit inverse of the block, row by row
+        k1 = jnp.minimum(k + 1, n - 1)
+        below = index > k + 1
+        trailing = below[:, None] & below[None, :]
+        wk, wk1 = a[:, k], a[:, k1]
+        if hermitian:
+            d21 = a[k1, k]
+            d = jnp.hypot(d21.real, d21.imag)
+            d11, d22 = a[k1, k1].real / d, a[k, k].real / d
+            t = 1 / (d11 * d22 - 1)
+            d21 = d21 / d
+            d = t / d
+            lk, lk1 = d * (d11 * wk - d21 * wk1), d * (d22 * wk1 - jnp.conj(d21) * wk)
+            block = a - wk[:, None] * jnp.conj(lk)[None, :] - wk1[:, None] * jnp.conj(lk1)[None, :]
+            block = real_diagonal(block)
+        else:
+            d21 = a[k1, k]
+            d11, d22 = a[k1, k1] / d21, a[k, k] / d21
+            t = 1 / (d11 * d22 - 1)
+            d21 = t / d21
+            lk, lk1 = d21 * (d11 * wk - wk1), d21 * (d22 * wk1 - wk)
+            block = a - wk[:, None] * lk[None, :] - wk1[:, None] * lk1[None, :]
+        block = jnp.where(trailing, mirrored(block), a)
+        block = jnp.where((cols == k) & below[:, None], lk[:, None], block)
+        block = jnp.where((cols == k1) & below[:, None], lk1[:, None], block)
+
+        updated = jnp.where(zero, a, jnp.where(two, block, one))
+        code = jnp.where(two, -(kp + 1), kp + 1).astype(jnp.int32)
+        pivots = jnp.where((index == k) | ((index == k + 1) & two), code, ipiv)
+        info = jnp.where(~second & zero & (info == 0), k + 1, info).astype(jnp.int32)
+        return (
+            jnp.where(second, state[0], updated),
+            jnp.where(second, ipiv, pivots),
+            info,
+            ~second & two,
+        )
+
+    start = (real_diagonal(mirrored(a)), jnp.zeros(n, jnp.int32), jnp.int32(0), jnp.bool_(False))
+    a, ipiv, info, _ = lax.fori_loop(0, n, step, start)
+    return jnp.tril(a), ipiv, info
+
+
+def _ldl_blocks(ipiv: Any) -> tuple[Any, Any]:
+    """Per row: does a 2x2 block start here, is it a 2x2 block's second row (LAPACK steps over
+    `ipiv` from the first row, two rows at a negative entry)."""
+
+    def scan(second: Any, negative: Any) -> tuple[Any, tuple[Any, Any]]:
+        first = negative & ~second
+        return first, (first, second)
+
+    return lax.scan(scan, jnp.bool_(False), ipiv < 0)[1]
+
+
+def _sytrs(ld: Any, ipiv: Any, b: Any, hermitian: bool) -> Any:
+    """One system's solve from LAPACK's LDL^T, as ?sytrs/?hetrs (uplo='L'): forward over the
+    blocks (interchange, eliminate with L's columns, divide by D's block with LAPACK's formulas),
+    then backward (subtract L^T's products, interchange back)."""
+    n = ld.shape[-1]
+    hermitian = hermitian and jnp.iscomplexobj(ld)
+    conj = jnp.conj if hermitian else (lambda x: x)
+    index = jnp.arange(n)
+    ipiv = ipiv.astype(jnp.int64)
+    first, second = _ldl_blocks(ipiv)
+
+    def swapped(x: Any, i: Any, j: Any) -> Any:
+        return x[index.at[i].set(j).at[j].set(i)]
+
+    def eliminated(y: Any, rows: Any, column: Any, j: Any) -> Any:
+        """y[rows] -= column[rows] y[j] as ?ger/?geru: only the rows below, columns where y[j] != 0."""
+        return jnp.where(rows[:, None] & (y[j] != 0)[None, :], y - column[:, None] * y[j][None, :], y)
+
+    def dot(column: Any, rows: Any, y: Any) -> Any:
+        """column[rows]^T y[rows] (conjugated for hetrs), as ?gemv on the rows below."""
+        return jnp.sum(jnp.where(rows[:, None], conj(column)[:, None] * y, 0), axis=0)
+
+    def forward(k: Any, x: Any) -> Any:
+        two, k1 = first[k], jnp.minimum(k + 1, n - 1)
+        y = swapped(x, k + two, jnp.abs(ipiv[k]) - 1)
+        y = eliminated(y, index > k + two, ld[:, k], k)
+        y = eliminated(y, two & (index > k + 1), ld[:, k1], k1)
+        one = y.at[k].multiply(1 / (ld[k, k].real if hermitian else ld[k, k]))
+        akm1k = ld[k1, k]
+        akm1, ak = ld[k, k] / conj(akm1k), ld[k1, k1] / akm1k
+        denom = akm1 * ak - 1
+        bkm1, bk = y[k] / conj(akm1k), y[k1] / akm1k
+        block = y.at[k].set((ak * bkm1 - bk) / denom).at[k1].set((akm1 * bk - bkm1) / denom)
+        return jnp.where(second[k], x, jnp.where(two, block, one))
+
+    def backward(i: Any, x: Any) -> Any:
+        k = n - 1 - i
+        km1 = jnp.maximum(k - 1, 0)
+        y = x.at[k].add(-dot(ld[:, k], index > k, x))
+        y = y.at[km1].add(-dot(ld[:, km1], second[k] & (index > k), x))
+        return jnp.where(first[k], x, swapped(y, k, jnp.abs(ipiv[k]) - 1))
+
+    return lax.fori_loop(0, n, backward, lax.fori_loop(0, n, forward, b))
+
+
+@lowering(aten.linalg_ldl_factor_ex.default)
+def ldl_factor_ex(a: Any, hermitian: bool = False, check_errors: bool = False) -> tuple[Any, Any, Any]:
+    """torch.linalg.ldl_factor(_ex): LAPACK's sytrf/hetrf result (CPU calls MKL's), computed by
+    the unblocked algorithm `_sytf2`. sytrf runs blocks of 64 columns (dlasyf) above n = 64:
+    the same pivot rule on the same values up to rounding, so pivots agree there too unless a
+    pivot test is within rounding of its threshold (checked against MKL up to n = 200).
+    `ldl_factor` is ATen's composite: this, then its info check on the host."""
+    _square_input("torch.linalg.ldl_factor_ex", a)
+    if a.size == 0:
+        return a, jnp.zeros(a.shape[:-1], jnp.int32), jnp.zeros(a.shape[:-2], jnp.int32)
+    _ldl_kernel("ldl_factor_kernel_cpu", a)
+    n = a.shape[-1]
+    ld, ipiv, info = jax.vmap(lambda m: _sytf2(m, hermitian))(a.reshape(-1, n, n))
+    info = info.reshape(a.shape[:-2])
+    if check_errors:  # ATen's _linalg_check_errors knows no sytrf code: an internal assert on CPU
+        check(info == 0, RuntimeError, "torch.linalg.ldl_factor_ex: Unknown error code: {}.", info)
+    return ld.reshape(a.shape), ipiv.reshape(a.shape[:-1]), info
+
+
+@lowering(aten.linalg_ldl_solve.default)
+def ldl_solve(ld: Any, pivots: Any, b: Any, hermitian: bool = False) -> Any:
+    """torch.linalg.ldl_solve: LAPACK's sytrs/hetrs (`_sytrs`) per matrix, after CPU's checks in
+    its order, B's batch broadcast with LD's. CPU's kernel walks B's batch with LD's own batch
+    stride, so an LD batch smaller than B's (other than none) reads past LD there; here LD and
+    pivots are broadcast."""
+    _square_input("torch.linalg.ldl_solve", ld)
+    if b.dtype != ld.dtype:
+        raise RuntimeError(
+            f"Expected b and A to have the same dtype, but found b of type {scalar_type_name(torch_dtype(b))} "
+            f"and A of type {scalar_type_name(torch_dtype(ld))} instead."
+        )
+    n = ld.shape[-1]
+    rows = b.shape[wrap_dim(-2, b.ndim)]
+    if rows != n:
+        raise RuntimeError(
+            f"Incompatible matrix sizes for torch.linalg.ldl_solve: each A matrix is {n} by {n} but each b matrix "
+            f"is {rows} by {b.shape[-1]}"
+        )
+    if pivots.shape != ld.shape[:-1]:
+        raise RuntimeError(
+            "torch.linalg.ldl_solve: Expected LD.shape[:-1] and pivots.shape to be the same, but got pivots with "
+            f"shape {list(pivots.shape)} instead"
+        )
+    pivot_dtype = torch_dtype(pivots)
+    if pivot_dtype.is_floating_point or pivot_dtype.is_complex or pivot_dtype == torch.bool:
+        raise RuntimeError(
+            f"torch.linalg.ldl_solve: Expected pivots to be integers. Got {scalar_type_name(pivot_dtype)}"
+        )
+    batch = broadcast_shape(b.shape[:-2], ld.shape[:-2])
+    b = jnp.broadcast_to(b, (*batch, *b.shape[-2:]))
+    if ld.size == 0:
+        return b
+    _ldl_kernel("ldl_solve_kernel_cpu", ld)
+    magnitude = jnp.abs(pivots.astype(jnp.int64))
+    hint = "Did you properly pass the result of ldl_factor?"
+    check(magnitude >= 1, RuntimeError, f"Pivots given to ldl_solve must all satisfy |pivot| >= 1. {hint}")
+    check(magnitude <= n, RuntimeError, f"Pivots given to ldl_solve must all satisfy |pivot| <= LD.size(-2). {hint}")
+    count = math.prod(batch)  # not -1: B may have no columns
+    ld = jnp.broadcast_to(ld, (*batch, n, n)).reshape(count, n, n)
+    pivots = jnp.broadcast_to(pivots, (*batch, n)).reshape(count, n)
+    x = jax.vmap(lambda m, p, y: _sytrs(m, p, y, hermitian))(ld, pivots, b.reshape(count, *b.shape[-2:]))
+    return x.reshape(b.shape)
