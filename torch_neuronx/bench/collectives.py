@@ -9,6 +9,7 @@ returns plain dicts. `python -m torch_neuronx.bench.collectives` prints a table.
 from __future__ import annotations
 
 import os
+import resource
 import socket
 import statistics
 import time
@@ -67,9 +68,17 @@ def _allreduce_worker(rank: int, world: int, port: int, queue: Any, sizes_mb: tu
         row = {"world": world, "size_mb": size}
         for device in ("neuron", "cpu"):
             t = torch.ones(numel, device=device)
+            dist.all_reduce(t)
+            before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
             seconds = _time(lambda t=t: dist.all_reduce(t), iters if size < 64 else max(1, iters // 2))
+            peak = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) * 1024 / MB  # ru_maxrss: KiB
             algbw = size * MB / seconds / 1e9
-            row[device] = {"ms": seconds * 1e3, "algbw_gbs": algbw, "busbw_gbs": algbw * 2 * (world - 1) / world}
+            row[device] = {
+                "ms": seconds * 1e3,
+                "algbw_gbs": algbw,
+                "busbw_gbs": algbw * 2 * (world - 1) / world,
+                "peak_rss_growth_mb": peak,
+            }
             del t
         rows.append(row)
     if rank == 0:
@@ -188,13 +197,14 @@ def run(worlds: tuple[int, ...] = (2, 4), sizes_mb: tuple[int, ...] = DEFAULT_SI
 def format_table(result: dict[str, Any]) -> str:
     lines = [
         f"all-reduce float32 (host cores: {result['cpu_count']})",
-        "procs  size    neuron ms  busbw GB/s   gloo-cpu ms  busbw GB/s",
+        "procs  size    neuron ms  busbw GB/s  peak RSS +MB   gloo-cpu ms  busbw GB/s  ratio",
     ]
     for row in result["allreduce"]:
         n, c = row["neuron"], row["cpu"]
         lines.append(
             f"{row['world']:>5}  {row['size_mb']:>4}MB {n['ms']:>10.1f} {n['busbw_gbs']:>11.3f} "
-            f"{c['ms']:>13.1f} {c['busbw_gbs']:>11.3f}"
+            f"{n['peak_rss_growth_mb']:>12.0f} {c['ms']:>13.1f} {c['busbw_gbs']:>11.3f} "
+            f"{n['busbw_gbs'] / c['busbw_gbs']:>6.2f}"
         )
     lines += ["", "FSDP2 step (fwd+bwd+update)", "procs  params     neuron ms  gloo-cpu ms"]
     for row in result["fsdp2"]:

@@ -51,19 +51,26 @@ class _Staging:
 
     def __init__(self) -> None:
         self.pairs: list[tuple[torch.Tensor, torch.Tensor]] = []
+        self.held: list[Any] = []  # device buffers under host views, alive until the transport is done
+
+    def _held(self, view: tuple[torch.Tensor, Any] | None) -> torch.Tensor | None:
+        if view is None:
+            return None
+        self.held.append(view[1])
+        return view[0]
 
     def put(self, t: torch.Tensor, view: bool = True) -> torch.Tensor:
         """An input (`view=False`: always a copy, for a transport that reads after returning)."""
         if t.device.type != "neuron":
             return t
-        host = host_view(t) if view else None
+        host = self._held(host_view(t)) if view else None
         return host if host is not None else download(t)
 
     def out(self, t: torch.Tensor, keep: bool = False) -> torch.Tensor:
         """An output (`keep`: also an input)."""
         if t.device.type != "neuron":
             return t
-        host = host_owned(t)
+        host = self._held(host_owned(t))
         if host is None:
             host = download(t) if keep else torch.empty(t.shape, dtype=t.dtype)
             self.pairs.append((t, host))
@@ -82,6 +89,7 @@ class _Staging:
             else:
                 device_tensor.copy_(host)
         self.pairs.clear()
+        self.held.clear()
 
 
 def _backend(process_group: Any) -> Any:

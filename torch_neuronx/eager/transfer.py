@@ -7,6 +7,7 @@ Elsewhere both return None and the caller copies."""
 
 from __future__ import annotations
 
+import ctypes
 import functools
 from typing import Any
 
@@ -53,21 +54,33 @@ def _host_buffer(t: torch.Tensor) -> Any:
     return allocation(t).buffer
 
 
-def host_view(t: torch.Tensor) -> torch.Tensor | None:
-    """A CPU tensor on `t`'s device memory, to read while no device op writes it (donation
-    leaves a buffer that a view holds untouched); None where a copy is needed."""
+def _view(buffer: Any, t: torch.Tensor) -> torch.Tensor:
+    """A CPU tensor of `t`'s shape and dtype on `buffer`'s memory. It holds no reference to the
+    buffer (a DLPack view would, and a buffer with an outside reference is never donated again,
+    so a view a transport keeps a moment too long would cost later in-place ops their donation):
+    the caller keeps `buffer` alive while it uses the view."""
+    nbytes = t.numel() * t.element_size()
+    if nbytes == 0:
+        return torch.empty(t.shape, dtype=t.dtype)
+    memory = (ctypes.c_char * nbytes).from_address(buffer.unsafe_buffer_pointer())
+    return torch.frombuffer(memory, dtype=t.dtype).view(t.shape)
+
+
+def host_view(t: torch.Tensor) -> tuple[torch.Tensor, Any] | None:
+    """(view, buffer): a CPU tensor on `t`'s device memory to read while the caller holds the
+    buffer and no device op writes it; None where a copy is needed."""
     buffer = _host_buffer(t)
     if buffer is None:
         return None
     buffer.block_until_ready()
-    return torch.from_dlpack(buffer).view(t.shape)
+    return _view(buffer, t), buffer
 
 
-def host_owned(t: torch.Tensor) -> torch.Tensor | None:
-    """A CPU tensor on `t`'s device memory that the caller may write: the buffer went through an
-    executable that donated it, which ran after every earlier reader, so no queued work sees the
-    writes. None where a copy is needed (not host memory, or the donation did not happen because
-    something else holds the buffer)."""
+def host_owned(t: torch.Tensor) -> tuple[torch.Tensor, Any] | None:
+    """(view, buffer): a CPU tensor on `t`'s device memory that the caller may write while it
+    holds the buffer: the buffer went through an executable that donated it, which ran after
+    every earlier reader, so no queued work sees the writes. None where a copy is needed (not
+    host memory, or the donation did not happen because something else holds the buffer)."""
     buffer = _host_buffer(t)
     if buffer is None:
         return None
@@ -76,4 +89,4 @@ def host_owned(t: torch.Tensor) -> torch.Tensor | None:
         return None
     owned.block_until_ready()
     allocation(t).buffer = owned
-    return torch.from_dlpack(owned).view(t.shape)
+    return _view(owned, t), owned
