@@ -51,14 +51,15 @@ def test_disabled_fallback_names_the_op():
     code = """
 import os, torch
 os.environ["TORCH_NEURONX_DISABLE_FALLBACK"] = "1"
-x = torch.ones(4, device="neuron")
+image = torch.randn(1, 3, 8, 8, device="neuron", requires_grad=True)
+grid = torch.rand(1, 4, 4, 2, device="neuron") * 2 - 1
 try:
-    torch.special.bessel_j0(x)
+    torch.nn.functional.grid_sample(image, grid, align_corners=False).sum().backward()
 except NotImplementedError as e:
     print("error:", e)
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert "aten.special_bessel_j0.default" in out.stdout
+    assert "aten.grid_sampler_2d_backward.default" in out.stdout
     assert "TORCH_NEURONX_DISABLE_FALLBACK=1" in out.stdout
 
 
@@ -66,11 +67,15 @@ def test_fallback_runs_on_cpu_and_is_counted():
     import torch_neuronx
 
     torch_neuronx.reset_metrics()
-    a = torch.randn(3, 2)
-    d = torch.special.bessel_j0(a.to("neuron"))
-    assert d.device.type == "neuron"
-    torch.testing.assert_close(d.cpu(), torch.special.bessel_j0(a))
-    assert torch_neuronx.metrics()["fallbacks"]["aten.special_bessel_j0.default"] == 1
+    image, grid = torch.randn(1, 3, 8, 8), torch.rand(1, 4, 4, 2) * 2 - 1
+    grads = []
+    for device in ("cpu", "neuron"):
+        x = image.to(device).detach().requires_grad_()
+        torch.nn.functional.grid_sample(x, grid.to(device), align_corners=False).sum().backward()
+        grads.append(x.grad)
+    assert grads[1].device.type == "neuron"  # grid_sample's backward has no lowering
+    torch.testing.assert_close(grads[1].cpu(), grads[0])
+    assert torch_neuronx.metrics()["fallbacks"]["aten.grid_sampler_2d_backward.default"] == 1
 
 
 def test_item_and_print():

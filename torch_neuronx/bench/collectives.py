@@ -122,15 +122,26 @@ def _train_step(model: Any, x: Any) -> Any:
     return step
 
 
+def _no_all_reduce(state: Any, bucket: Any) -> Any:
+    """A DDP comm hook that skips the gradient all-reduce: the step's compute alone."""
+    import torch
+
+    future: torch.futures.Future = torch.futures.Future()
+    future.set_result(bucket.buffer())
+    return future
+
+
 def _ddp_worker(
-    rank: int, world: int, port: int, queue: Any, device: str, sync: bool, dim: int, depth: int, batch: int, steps: int
+    rank: int, world: int, port: int, queue: Any, device: str, mode: str, dim: int, depth: int, batch: int, steps: int
 ) -> None:
-    os.environ["TORCH_NEURONX_ASYNC_COLLECTIVES"] = "0" if sync else "1"
+    os.environ["TORCH_NEURONX_ASYNC_COLLECTIVES"] = "0" if mode == "sync" else "1"
     import torch
     from torch.nn.parallel import DistributedDataParallel
 
     _init(rank, world, port, "neuron" if device == "neuron" else "gloo")
     model = DistributedDataParallel(_mlp(dim, depth, device))
+    if mode == "compute":
+        model.register_comm_hook(None, _no_all_reduce)
     seconds = _time(_train_step(model, torch.randn(batch, dim, device=device)), steps)
     if rank == 0:
         queue.put(seconds * 1e3)
@@ -142,8 +153,14 @@ def _ddp_worker(
 def ddp_step_time(world: int = 2, dim: int = 512, depth: int = 8, batch: int = 8, steps: int = 5) -> dict[str, Any]:
     """DDP forward + backward + SGD step: neuron with asynchronous collectives (the gradient
     all-reduce overlapping the rest of the backward), neuron with every collective synchronous,
-    and the same model on CPU tensors with Gloo."""
-    runs = {"neuron": ("neuron", False), "neuron_sync": ("neuron", True), "gloo_cpu": ("cpu", False)}
+    neuron with no all-reduce at all (the compute alone, the floor overlap could reach), and the
+    same model on CPU tensors with Gloo."""
+    runs = {
+        "neuron": ("neuron", "async"),
+        "neuron_sync": ("neuron", "sync"),
+        "neuron_compute": ("neuron", "compute"),
+        "gloo_cpu": ("cpu", "async"),
+    }
     times = {name: _spawn(_ddp_worker, world, *run, dim, depth, batch, steps) for name, run in runs.items()}
     params = sum(p.numel() for p in _mlp(dim, depth, "cpu").parameters())
     return {"world": world, "params": params, **{f"{name}_ms": ms for name, ms in times.items()}}
@@ -209,11 +226,15 @@ def format_table(result: dict[str, Any]) -> str:
     lines += ["", "FSDP2 step (fwd+bwd+update)", "procs  params     neuron ms  gloo-cpu ms"]
     for row in result["fsdp2"]:
         lines.append(f"{row['world']:>5}  {row['params']:>9,} {row['step_ms']:>10.1f} {row['gloo_cpu_step_ms']:>12.1f}")
-    lines += ["", "DDP step (fwd+bwd+update)", "procs  params     neuron ms  all-sync ms  gloo-cpu ms"]
+    lines += [
+        "",
+        "DDP step (fwd+bwd+update)",
+        "procs  params     neuron ms  all-sync ms  no all-reduce ms  gloo-cpu ms",
+    ]
     for row in result["ddp"]:
         lines.append(
             f"{row['world']:>5}  {row['params']:>9,} {row['neuron_ms']:>10.1f} {row['neuron_sync_ms']:>12.1f}"
-            f" {row['gloo_cpu_ms']:>12.1f}"
+            f" {row['neuron_compute_ms']:>17.1f} {row['gloo_cpu_ms']:>12.1f}"
         )
     return "\n".join(lines)
 
