@@ -122,7 +122,7 @@ def _train_step(model: Any, x: Any) -> Any:
     return step
 
 
-def _no_all_reduce(state: Any, bucket: Any) -> Any:
+def _no_all_reduce(state, bucket):  # unannotated: DDP rejects a bucket annotation but dist.GradBucket
     """A DDP comm hook that skips the gradient all-reduce: the step's compute alone."""
     import torch
 
