@@ -25,7 +25,7 @@ from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 from .. import ops
 from ..eager.arguments import STATIC, ArgumentPlan
 from ..eager.storage_io import DYNAMIC_SCALARS, typed
-from ..ops._dtypes import torch_dtype
+from ..ops._dtypes import BITS, torch_dtype
 from ..ops.geometry import Geometry, read, write
 
 aten = torch.ops.aten
@@ -103,7 +103,15 @@ def rule_for(node: Node) -> Rule | str:
         v.device.type != "neuron" and not (v.device.type == "cpu" and v.dim() == 0) for v in inputs
     ):
         return "moves data between neuron and another device"
+    if any(v.dtype in BITS for v in _tensor_values(node)) or any(a in BITS for a in _dtype_args(node)):
+        # a graph's values are arrays of JAX dtypes; eager's kernels hold the complex32 rule
+        # (`Lowering.complex32`): on a lowering that handles it, else PyTorch's CPU kernel
+        return "has complex32 values, which only eager kernels take"
     return _rule(node)
+
+
+def _dtype_args(node: Node) -> list[torch.dtype]:
+    return [v for v in (*node.args, *node.kwargs.values()) if isinstance(v, torch.dtype)]
 
 
 def scalar_rule(node: Node) -> Rule | None:

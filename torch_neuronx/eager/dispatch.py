@@ -25,13 +25,13 @@ from torch._prims_common import is_non_overlapping_and_dense_or_false as is_non_
 from .. import ops
 from ..ops import Lowering, is_mutating
 from ..ops._common import scalar_type_name, type_meta_name
-from ..ops._dtypes import jax_dtype, torch_dtype
+from ..ops._dtypes import BITS, jax_dtype, torch_dtype
 from ..runtime import checks, native
 from . import metrics
 from .arguments import Binder
 from .kernel import Kernel
 from .storage_io import scalar_input
-from .storage_kernels import STORAGE_KERNELS, CpuKernel
+from .storage_kernels import COMPLEX32_KERNELS, STORAGE_KERNELS, CpuKernel
 
 OpOverload = torch._ops.OpOverload
 KERNELS: dict[OpOverload, Callable[..., Any]] = {}
@@ -140,14 +140,14 @@ def build(op: OpOverload) -> Callable[..., Any]:
     if op in STORAGE_KERNELS:
         return STORAGE_KERNELS[op]
     if op in lowerings:
-        return Kernel(op, lowerings[op], keyed=True)
+        return Kernel(op, lowerings[op], keyed=True, fallback=COMPLEX32_KERNELS.get(op) or CpuFallback(op))
     if _is_view(op) or torch.Tag.inplace_view in op.tags:  # (in-place) views change metadata only
         return CpuKernel(op)
     twin = functional_twin(op)
     if twin is not None and twin in lowerings:
         if _out_indices(op):
             return OutKernel(op, twin)
-        return Kernel(op, _inplace(lowerings[twin], str(op)), keyed=True)
+        return Kernel(op, _inplace(lowerings[twin], str(op)), keyed=True, fallback=CpuFallback(op))
     if _has_composite(op):
         return CpuKernel(op)
     decomposition = _decompositions().get(op)
@@ -351,7 +351,9 @@ class Decomposed:
 
     def __call__(this, *args: Any, **kwargs: Any) -> Any:  # noqa: N805 - `self` is an ATen argument name
         active = _state.__dict__.setdefault("decomposing", set())
-        if this.op in active:
+        if this.op in active or _names_complex32(args, kwargs):
+            # complex32 as a lowered op meets it (`Kernel`): its pieces might compute what CPU
+            # refuses, so PyTorch's CPU kernel decides
             return CpuFallback(this.op)(*args, **kwargs)
         active.add(this.op)
         try:
@@ -359,6 +361,14 @@ class Decomposed:
             return this.fn(*args, **kwargs)
         finally:
             active.discard(this.op)
+
+
+def _names_complex32(args: tuple, kwargs: dict) -> bool:
+    return any(
+        (v.dtype if isinstance(v, torch.Tensor) else v) in BITS
+        for v in torch.utils._pytree.tree_leaves((args, kwargs))
+        if isinstance(v, (torch.Tensor, torch.dtype))
+    )
 
 
 def fallback_disabled() -> bool:

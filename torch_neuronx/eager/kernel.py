@@ -36,7 +36,7 @@ import torch
 
 from ..ops import Lowering, collecting_checks
 from ..ops._common import raised_by_jax, torch_error
-from ..ops._dtypes import TO_TORCH
+from ..ops._dtypes import TO_TORCH, Complex32ResultError, jax_dtype
 from ..ops.geometry import contiguous_strides, numel
 from ..runtime import checks as device_checks
 from ..runtime import cores, native, profiler
@@ -51,6 +51,7 @@ from .storage_io import (
     device_key,
     jitted,
     load_storages,
+    names_bits_dtype,
     read_tensor,
     rng_inputs,
     scalar_input,
@@ -160,9 +161,20 @@ def off_fast_path() -> int:
 class Kernel(ArgumentPlan):
     """Runs `op` through `lowering`; writes mutated arguments back through their geometry."""
 
-    def __init__(self, op: torch._ops.OpOverload, lowering: Lowering, keyed: bool = False) -> None:
+    def __init__(
+        self,
+        op: torch._ops.OpOverload,
+        lowering: Lowering,
+        keyed: bool = False,
+        fallback: Callable[..., Any] | None = None,
+    ) -> None:
         super().__init__(op, lowering)
         self.lowering = lowering
+        # runs the calls the lowering cannot take: those naming complex32, unless the lowering
+        # handles it and this kernel only writes arguments (a JAX result has no complex32 type,
+        # so a fresh tensor could not be made of one)
+        self.fallback = fallback
+        self.takes_complex32 = lowering.complex32 and bool(self.mutated) and None not in self.returns
         self.cache: dict[tuple, CachedExecutable] = {}
         self.size_cache: dict[tuple, CachedExecutable] = {}
         # whether the native module may key this op's calls and serve them (module docstring);
@@ -197,7 +209,9 @@ class Kernel(ArgumentPlan):
             if this.lowering.random:
                 call.scalars.extend(rng_inputs())
             entry = this.cache.get(key)
-            if entry is None:
+            if entry is None and this._off_lowering(key):
+                pass  # no executable, nothing launched: the fallback below runs the call
+            elif entry is None:
                 start = time.perf_counter()
                 with profiler.compiling(f"compile {this.name}"):
                     entry, how = this._build(key, call)
@@ -218,6 +232,10 @@ class Kernel(ArgumentPlan):
                 results = entry.fn(*call.buffers, *call.scalars)
                 if launch:
                     profiler.launched(this.name, launch, results)
+        except Complex32ResultError:
+            if this.fallback is None:
+                raise
+            entry = None  # traced only: nothing ran, nothing is cached
         except Exception as error:
             if raised_by_jax(error):
                 translated = torch_error(error)
@@ -225,6 +243,8 @@ class Kernel(ArgumentPlan):
                 raise translated from error
             this._name_error(error, call)
             raise
+        if entry is None:
+            return this.fallback(*args, **kwargs)
         if entry.large:
             spread_until_ready(results)
         made = len(entry.out_meta)
@@ -236,6 +256,16 @@ class Kernel(ArgumentPlan):
         if this.keyed:
             this._remember(entry)
         return returned
+
+    def _off_lowering(self, key: tuple) -> bool:
+        """Whether this call names complex32 and this kernel cannot take it (`takes_complex32`).
+        Checked on a miss only (a hit's key was checked when built), and such a call is never
+        cached, so the native module never serves it."""
+        if self.takes_complex32 or not names_bits_dtype(key[: len(self.kinds)]):
+            return False
+        if self.fallback is None:
+            jax_dtype(torch.complex32)  # raises: no kernel here may run it
+        return True
 
     def _validate(self, values: list) -> None:
         try:

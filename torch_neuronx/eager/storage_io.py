@@ -19,7 +19,7 @@ import numpy as np
 import torch
 from jax.sharding import SingleDeviceSharding
 
-from ..ops._dtypes import TO_TORCH, jax_dtype
+from ..ops._dtypes import BITS, TO_TORCH, buffer_dtype, from_bits, jax_dtype, to_bits
 from ..ops.geometry import Geometry, read, write
 from ..runtime.memory import memory
 from ..runtime.platform import device
@@ -87,7 +87,9 @@ class CallInputs:
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"neuron: {op} expected a Tensor, got {type(t).__name__}")
         if t.device.type == "cpu" and t.dim() == 0:
-            self.scalars.append(scalar_input(t.item(), jax_dtype(t.dtype)))
+            # a complex32 value joins as complex64; its key names complex32, which keeps it off lowerings
+            value_dtype = torch.complex64 if t.dtype in BITS else t.dtype
+            self.scalars.append(scalar_input(t.item(), jax_dtype(value_dtype)))
             return ("cpu0", t.dtype)
         raise RuntimeError(
             f"neuron: {op} expected all tensors to be on the same device, but found at least two "
@@ -104,12 +106,23 @@ def is_tensor_key(k: Any) -> bool:
     return isinstance(k, tuple) and len(k) == 6 and isinstance(k[0], int)
 
 
+def names_bits_dtype(arg_keys: Any) -> bool:
+    """Whether a call's argument keys name a storage-only dtype (`_dtypes.BITS`): a tensor of it
+    or it as an argument (`dtype=torch.complex32`). Only arguments count: a float16 view of a
+    complex32 storage reads real float16 values."""
+    if isinstance(arg_keys, torch.dtype):
+        return arg_keys in BITS
+    if is_tensor_key(arg_keys):
+        return arg_keys[1] in BITS
+    return isinstance(arg_keys, tuple) and any(names_bits_dtype(k) for k in arg_keys)
+
+
 # ---- inside a trace -------------------------------------------------------------------------
 
 
 def typed(buf: Any, dtype: torch.dtype) -> Any:
     """View a storage buffer's bytes as `dtype` elements (a tensor.view(dtype) on device)."""
-    target = jax_dtype(dtype)
+    target = buffer_dtype(dtype)
     if buf.dtype == target:
         return buf
     if buf.dtype == jnp.bool_:
@@ -141,7 +154,7 @@ def untyped(value: Any, like: Any) -> Any:
 def load_storages(buffers: list, unwritten: tuple) -> list:
     """Each slot's storage buffer, zeros for never-written storages (`tuple(CallInputs.unwritten)`)."""
     bufs = iter(buffers)
-    return [jnp.zeros(u[0] // u[1].itemsize, jax_dtype(u[1])) if u else next(bufs) for u in unwritten]
+    return [jnp.zeros(u[0] // u[1].itemsize, buffer_dtype(u[1])) if u else next(bufs) for u in unwritten]
 
 
 def _math_bits(value: Any, bits: int) -> Any:
@@ -153,7 +166,8 @@ def _math_bits(value: Any, bits: int) -> Any:
 def read_tensor(storage: list, key: tuple) -> Any:
     """The tensor described by `key` (from `CallInputs.tensor`), read through its geometry."""
     slot, dtype, shape, strides, offset, bits = key
-    return _math_bits(read(typed(storage[slot], dtype), Geometry(tuple(shape), strides, offset)), bits)
+    value = read(typed(storage[slot], dtype), Geometry(tuple(shape), strides, offset))
+    return _math_bits(from_bits(value) if dtype in BITS else value, bits)
 
 
 def write_tensor(storage: list, key: tuple, value: Any) -> int:
@@ -161,7 +175,10 @@ def write_tensor(storage: list, key: tuple, value: Any) -> int:
     (every alias of that storage sees it); returns the slot written."""
     slot, dtype, shape, strides, offset, bits = key
     buf = storage[slot]
-    value = _math_bits(value.astype(jax_dtype(dtype)), bits)
+    if dtype in BITS:
+        value = to_bits(_math_bits(value, bits))
+    else:
+        value = _math_bits(value.astype(jax_dtype(dtype)), bits)
     storage[slot] = untyped(write(typed(buf, dtype), Geometry(tuple(shape), strides, offset), value), buf)
     return slot
 

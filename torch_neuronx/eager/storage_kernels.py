@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import torch
 
 from .. import ops
-from ..ops._dtypes import jax_dtype
+from ..ops._dtypes import buffer_dtype
 from ..ops.geometry import contiguous_strides, numel
 from ..runtime.memory import memory
 from .kernel import Kernel
@@ -51,7 +51,7 @@ def empty(
     memory_format: Any = None,
 ) -> torch.Tensor:
     dtype = dtype or torch.get_default_dtype()
-    jax_dtype(dtype)
+    buffer_dtype(dtype)
     size = [int(n) for n in size]
     if memory_format in (None, torch.contiguous_format, torch.preserve_format):
         return new_tensor(size, dtype)
@@ -64,7 +64,7 @@ def empty_strided(
     size: Any, stride: Any, dtype: Any = None, layout: Any = None, device: Any = None, pin_memory: Any = None
 ) -> torch.Tensor:
     dtype = dtype or torch.get_default_dtype()
-    jax_dtype(dtype)
+    buffer_dtype(dtype)
     return new_tensor(size, dtype, strides=stride, nbytes=_nbytes(size, stride, dtype))
 
 
@@ -87,7 +87,7 @@ def to_copy(
             return out
         return out.contiguous(memory_format=memory_format)
     if self.device.type == "cpu":
-        jax_dtype(dtype)
+        buffer_dtype(dtype)
         source = self if self.dtype == dtype else self.to(dtype)
         return to_device(source)
     out = torch.empty_like(self, dtype=dtype, memory_format=memory_format or torch.preserve_format)
@@ -213,6 +213,46 @@ for _op in (
 @storage_kernel(aten.record_stream.default)
 def record_stream(self: torch.Tensor, stream: Any) -> None:
     return None
+
+
+# Fresh complex32 tensors: no lowering makes one (a JAX result has no complex32 type), so for
+# calls naming complex32 these ops allocate the tensor and write it in place (`copy_`, `fill_`,
+# `zero_` write complex32: `Lowering.complex32`). Other ops so called run PyTorch's CPU kernel.
+def _like(self: torch.Tensor, dtype: Any, memory_format: Any) -> torch.Tensor:
+    return torch.empty_like(self, dtype=dtype, memory_format=memory_format or torch.preserve_format)
+
+
+def _clone(self: torch.Tensor, memory_format: Any = None) -> torch.Tensor:
+    return _like(self, None, memory_format).copy_(self)
+
+
+def _full(size: Any, fill_value: Any, dtype: Any = None, **options: Any) -> torch.Tensor:
+    return empty(size, dtype).fill_(fill_value)
+
+
+def _full_like(self: torch.Tensor, fill_value: Any, dtype: Any = None, **options: Any) -> torch.Tensor:
+    return _like(self, dtype, options.get("memory_format")).fill_(fill_value)
+
+
+def _complex(real: torch.Tensor, imag: torch.Tensor) -> torch.Tensor:
+    """torch.complex of two float16 tensors: their values into the parts of a new complex32 tensor."""
+    out = empty(torch.broadcast_shapes(real.shape, imag.shape), torch.complex32)
+    parts = torch.view_as_real(out)
+    parts[..., 0].copy_(real)
+    parts[..., 1].copy_(imag)
+    return out
+
+
+COMPLEX32_KERNELS: dict[torch._ops.OpOverload, Callable[..., Any]] = {
+    aten.clone.default: _clone,
+    aten.complex.default: _complex,
+    aten.full.default: _full,
+    aten.zeros.default: lambda size, dtype=None, **options: empty(size, dtype).zero_(),
+    aten.ones.default: lambda size, dtype=None, **options: _full(size, 1, dtype),
+    aten.full_like.default: _full_like,
+    aten.zeros_like.default: lambda self, dtype=None, **options: _full_like(self, 0, dtype, **options),
+    aten.ones_like.default: lambda self, dtype=None, **options: _full_like(self, 1, dtype, **options),
+}
 
 
 @functools.cache

@@ -15,7 +15,7 @@ import jax
 import numpy as np
 import torch
 
-from ..ops._dtypes import HOST_VIEW, jax_dtype
+from ..ops._dtypes import HOST_VIEW, buffer_dtype
 from ..ops.geometry import contiguous_strides, numel
 from ..runtime import native
 from ..runtime.memory import Allocation, memory
@@ -94,7 +94,7 @@ def to_numpy(t: torch.Tensor) -> np.ndarray:
 
 def upload(cpu: torch.Tensor) -> Any:
     """A flat device buffer holding a copy of a CPU tensor's elements in row-major order."""
-    jax_dtype(cpu.dtype)  # clear error for unsupported dtypes
+    buffer_dtype(cpu.dtype)  # clear error for unsupported dtypes
     # One copy, into memory no one else holds: PJRT CPU aliases aligned host memory (torch's
     # allocator aligns to 64 bytes) instead of copying it again, and keeps the array alive.
     private = torch.empty(cpu.shape, dtype=cpu.dtype)

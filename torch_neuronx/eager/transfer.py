@@ -15,6 +15,7 @@ import jax
 import torch
 
 from ..ops import Lowering
+from ..ops._dtypes import BITS, HOST_VIEW
 from ..ops.geometry import Geometry, is_dense
 from ..runtime import checks, platform
 from .kernel import Kernel
@@ -37,7 +38,11 @@ def download(t: torch.Tensor) -> torch.Tensor:
     """A new contiguous CPU tensor equal to a neuron tensor."""
     checks.raise_failed()
     out = torch.empty(t.shape, dtype=t.dtype)
-    out.view(-1).copy_(torch.from_dlpack(dense_buffer(t)))
+    dense = out.view(-1)
+    if t.dtype in BITS:  # storage-only dtypes come over as their bits, which no op reads as values
+        bits = HOST_VIEW[t.dtype][0]
+        t, dense = t.view(bits), dense.view(bits)
+    dense.copy_(torch.from_dlpack(dense_buffer(t)))
     return out
 
 

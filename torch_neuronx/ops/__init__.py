@@ -63,6 +63,15 @@ class Lowering:
     # call runs it, so the op stays off the native hit path (which runs no Python): keep it to
     # ops off the hot path.
     validate: Callable[..., None] | None = None
+    # Handles complex32 (a storage-only dtype, `_dtypes.BITS`): receives it as complex64 values
+    # and its values may be written into complex32 arguments (rounded on the way). A call with
+    # complex32 tensors or a complex32 dtype argument runs on the lowering only with this set and
+    # only where it writes arguments and makes no fresh tensor (in-place, `copy_`); otherwise
+    # eager runs the op's complex32 kernel (`eager.storage_kernels.COMPLEX32_KERNELS`: a new
+    # tensor written in place) or PyTorch's CPU kernel, so the op computes as CPU does or raises
+    # CPU's "not implemented for 'ComplexHalf'" (`eager.kernel.Kernel`). Compiled graphs run
+    # every complex32 node eagerly.
+    complex32: bool = False
 
 
 LOWERINGS: dict[OpOverload, Lowering] = {}
@@ -95,6 +104,7 @@ def lowering(
     size: Callable[..., Any] | None = None,
     layout: bool = False,
     validate: Callable[..., None] | None = None,
+    complex32: bool = False,
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Register `fn` as the lowering of each given overload (a packet means all its overloads
     that neither mutate nor write `out=`; those are derived)."""
@@ -103,7 +113,9 @@ def lowering(
         for op in ops:
             for overload in _overloads(op):
                 if isinstance(op, OpOverload) or not is_mutating(overload):
-                    LOWERINGS[overload] = Lowering(fn, random, mutates, tuple(static), size, layout, validate=validate)
+                    LOWERINGS[overload] = Lowering(
+                        fn, random, mutates, tuple(static), size, layout, validate=validate, complex32=complex32
+                    )
         return fn
 
     return register

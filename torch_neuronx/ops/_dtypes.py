@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import jax
 import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
@@ -36,7 +37,17 @@ HOST_VIEW: dict[torch.dtype, tuple[torch.dtype, Any]] = {
     torch.bfloat16: (torch.int16, ml_dtypes.bfloat16),
     torch.float8_e4m3fn: (torch.uint8, ml_dtypes.float8_e4m3fn),
     torch.float8_e5m2: (torch.uint8, ml_dtypes.float8_e5m2),
+    torch.complex32: (torch.int32, np.uint32),
 }
+
+# Storage-only dtypes: JAX has no complex32, so a storage of it holds each element's 4 bytes
+# (float16 real part, then float16 imaginary part, as in host memory) as one uint32. Views of
+# another dtype over those bytes (`view_as_real`, `.view(torch.float16)`) read them as they are.
+# No lowering ever sees the bits: the few marked `Lowering.complex32` receive such tensors
+# widened to complex64 (exactly) and write them back rounded (`eager.storage_io`); every other
+# op runs eagerly on a new tensor written in place, or PyTorch's CPU kernel, which computes it
+# or raises CPU's own error (`eager.kernel.Kernel`).
+BITS: dict[torch.dtype, Any] = {torch.complex32: jnp.uint32}
 
 DEFAULT = ELEMENTWISE_TYPE_PROMOTION_KIND.DEFAULT
 INT_TO_FLOAT = ELEMENTWISE_TYPE_PROMOTION_KIND.INT_TO_FLOAT
@@ -54,6 +65,34 @@ def jax_dtype(dtype: torch.dtype) -> Any:
             f"neuron: dtype {dtype} is not supported on the neuron device; "
             "convert the tensor to a supported dtype (e.g. .float()) first"
         ) from None
+
+
+class Complex32ResultError(Exception):
+    """Raised by a lowering, while traced, for a call whose result would be complex32 (which has
+    no JAX type): eager then runs the call as it runs calls naming complex32 (`Lowering.complex32`)."""
+
+
+def buffer_dtype(dtype: torch.dtype) -> Any:
+    """The jax dtype of a storage buffer holding `dtype` elements (their bits for `BITS` dtypes)."""
+    bits = BITS.get(dtype)
+    return bits if bits is not None else jax_dtype(dtype)
+
+
+def from_bits(bits: Any) -> Any:
+    """complex32 elements held as uint32 bits -> the same values as complex64 (exact)."""
+    parts = jax.lax.bitcast_convert_type(bits, jnp.float16).astype(jnp.float32)
+    return jax.lax.complex(parts[..., 0], parts[..., 1])
+
+
+def to_bits(value: Any) -> Any:
+    """Values of any dtype -> complex32 bits: each part rounded to float16 straight from its own
+    precision, as PyTorch converts to complex32."""
+    if jnp.issubdtype(value.dtype, jnp.complexfloating):
+        real, imag = jnp.real(value), jnp.imag(value)
+    else:
+        real, imag = value, jnp.zeros_like(value)
+    parts = jnp.stack([real.astype(jnp.float16), imag.astype(jnp.float16)], axis=-1)
+    return jax.lax.bitcast_convert_type(parts, jnp.uint32)
 
 
 def torch_dtype(x: Any) -> torch.dtype:

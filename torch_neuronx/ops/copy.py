@@ -13,7 +13,8 @@ from ._dtypes import cast, torch_dtype
 aten = torch.ops.aten
 
 
-@lowering(aten.copy_.default)
+# Conversions to and from complex32 on device (`.chalf()`, `.to()`, `copy_`) are copies.
+@lowering(aten.copy_.default, complex32=True)
 def copy_(self: Any, src: Any, non_blocking: bool = False) -> Any:
     return jnp.broadcast_to(cast(src, torch_dtype(self)), self.shape)
 

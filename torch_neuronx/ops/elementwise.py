@@ -29,6 +29,7 @@ from ._dtypes import (
     DEFAULT,
     INT_TO_FLOAT,
     NO_OPMATH,
+    Complex32ResultError,
     cast,
     promote,
     torch_dtype,
@@ -280,10 +281,12 @@ def _heaviside(x: Array, values: Array) -> Array:
 
 
 def _complex_parts(op: str, a: Any, b: Any) -> None:
+    if a.dtype == b.dtype == jnp.float16:
+        raise Complex32ResultError  # complex32 (CPU makes it with complex, refuses it with polar)
     if a.dtype != b.dtype or a.dtype not in (jnp.float32, jnp.float64):
         raise RuntimeError(
-            f"neuron: {op} expects two float32 or two float64 tensors (the neuron device has no "
-            f"complex32), got {torch_dtype(a)} and {torch_dtype(b)}"
+            f"neuron: {op} expects two float32, two float64 or two float16 tensors, got {torch_dtype(a)} and "
+            f"{torch_dtype(b)}"
         )
 
 
@@ -821,20 +824,22 @@ def masked_fill_tensor(x: Any, mask: Any, value: Any) -> Any:
     return jnp.where(ok, _masked(x, mask, value), x)
 
 
+# fill_ and zero_ write complex32 tensors too (`Lowering.complex32`): torch.zeros/ones/full
+# and their _like twins on complex32 come down to them.
 # No `validate` for fill_'s checked conversion of its value: it would keep the op, which
 # torch.full and friends call, off the native hit path.
-@lowering(aten.fill.Scalar)
+@lowering(aten.fill.Scalar, complex32=True)
 def fill(x: Any, value: Any) -> Any:
     return jnp.full(x.shape, cast(value, torch_dtype(x)))
 
 
-@lowering(aten.fill.Tensor)
+@lowering(aten.fill.Tensor, complex32=True)
 def fill_tensor(x: Any, value: Any) -> Any:
     if value.ndim != 0:
         raise RuntimeError(f"fill_ only supports 0-dimension value tensor but got tensor with {value.ndim} dimensions.")
     return jnp.full(x.shape, cast(value, torch_dtype(x)))
 
 
-@lowering(aten.zero.default)
+@lowering(aten.zero.default, complex32=True)
 def zero(x: Any) -> Any:
     return jnp.zeros_like(x)
