@@ -13,6 +13,7 @@ A developer tool for the architecture sweep and the tests: Hugging Face librarie
 
 from __future__ import annotations
 
+import re
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -275,8 +276,23 @@ def override(*model_types: str) -> Callable[[Callable[[dict[str, Any]], None]], 
     return register
 
 
-def tiny_config_dict(model_type: str) -> dict[str, Any]:
-    """The shrunk `to_dict()` of `model_type`'s default config."""
+# Float settings that make a training forward random: dropout of every kind, layer drop, stochastic
+# depth, router jitter, SpecAugment-style masking. Two devices draw different random streams, so a
+# training step compared across devices needs them at zero (eval mode switches off only some).
+_STOCHASTIC = re.compile(r"drop|jitter|noise|^mask_\w*_prob$")
+
+
+def _no_randomness(d: dict[str, Any]) -> None:
+    for key, value in d.items():
+        if isinstance(value, dict):
+            _no_randomness(value)
+        elif isinstance(value, float) and _STOCHASTIC.search(key):
+            d[key] = 0.0
+
+
+def tiny_config_dict(model_type: str, deterministic: bool = False) -> dict[str, Any]:
+    """The shrunk `to_dict()` of `model_type`'s default config; `deterministic` zeroes its random
+    settings (dropout, layer drop, router jitter) so that training mode draws no random numbers."""
     from transformers import CONFIG_MAPPING
 
     with warnings.catch_warnings():
@@ -285,14 +301,16 @@ def tiny_config_dict(model_type: str) -> dict[str, Any]:
     d = _shrink(config.to_dict())
     if model_type in OVERRIDES:
         OVERRIDES[model_type](d)
+    if deterministic:
+        _no_randomness(d)
     return d
 
 
-def tiny_config(model_type: str) -> Any:
+def tiny_config(model_type: str, deterministic: bool = False) -> Any:
     """A tiny config of the architecture `model_type` (random-weight models build in milliseconds)."""
     from transformers import CONFIG_MAPPING
 
-    d = tiny_config_dict(model_type)
+    d = tiny_config_dict(model_type, deterministic)
     d.pop("model_type", None)
     d.pop("transformers_version", None)
     config_class = CONFIG_MAPPING[model_type]
@@ -326,12 +344,13 @@ def tiny_inputs(model: Any, length: int = 8, seed: int = 0) -> Any:
     return torch.randint(3, vocab, (batch, length), generator=generator)
 
 
-def tiny_causal_lm(model_type: str, seed: int = 0, **kwargs: Any) -> Any:
+def tiny_causal_lm(model_type: str, seed: int = 0, train: bool = False, **kwargs: Any) -> Any:
     """A tiny random-weight causal LM of `model_type` (the class `AutoModelForCausalLM` maps it to), in eval
-    mode; `kwargs` go to `from_config` (e.g. `attn_implementation`)."""
+    mode, or with `train` in training mode with every random setting zeroed (a deterministic training
+    step); `kwargs` go to `from_config` (e.g. `attn_implementation`)."""
     import torch
 
-    config = tiny_config(model_type)
+    config = tiny_config(model_type, deterministic=train)
     torch.manual_seed(seed)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -339,7 +358,7 @@ def tiny_causal_lm(model_type: str, seed: int = 0, **kwargs: Any) -> Any:
     if hasattr(model, "set_default_language"):  # X-MOD routes through a per-language adapter
         model.set_default_language(config.languages[0])
     _randomize_constant_matrices(model)
-    return model.eval()
+    return model.train(train)
 
 
 def _randomize_constant_matrices(model: Any) -> None:
