@@ -35,10 +35,15 @@ LOSS_RTOL = LOSS_ATOL = 1e-4  # as the inference sweep's logits
 # wrong by a constant factor.
 GRAD_TOL = 1e-4
 # Parameters after the last step, absolute. Each step moves a weight by up to about LR, and Adam
-# scales every gradient to that size, so rounding in a near-zero gradient becomes a visible update:
-# on CPU alone float32 moves the trained weights up to 8e-5 from a float64 run (dbrx's router), and
+# scales every gradient to that size, so rounding in a small gradient becomes a visible update: on
+# CPU alone float32 moves the trained weights up to 8e-5 from a float64 run (dbrx's router), and
 # two float32 runs may differ by twice that. 2e-4 is a fifth of one step; a wrong update is a step.
 PARAM_TOL = 2e-4
+# A weight whose first gradient is nonzero but within this fraction of the largest one is left out
+# of the parameter check (counted as `noise weights`): such gradients are sums that cancel to float32
+# rounding (worst elementwise difference seen between devices: 1e-6 of the largest), so their sign
+# is a coin flip, and Adam's first update lr * g / (|g| + eps) makes that flip up to 2 * lr (afmoe).
+NOISE = 1e-5
 REPORT = ROOT / "docs" / "model_training.md"
 RECORDS = ROOT / "docs" / "model_training.json"
 
@@ -91,15 +96,21 @@ def _check_deterministic(model: Any, inputs: dict[str, Any]) -> None:
         raise RuntimeError(f"training forward is random on CPU: loss {losses[0].item()} vs {losses[1].item()}")
 
 
-def _worst(names: list[str], cpu: list[Any], dev: list[Any]) -> tuple[float, str]:
-    """The largest elementwise difference over tensors (None: no gradient, must be None on both), and
-    its tensor's name; NaN, infinity or a gradient on one side only count as infinitely far."""
+def _worst(names: list[str], cpu: list[Any], dev: list[Any], skip: list[Any] | None = None) -> tuple[float, str]:
+    """The largest elementwise difference over tensors (None: no gradient, must be None on both),
+    leaving out the elements `skip` marks, and its tensor's name; NaN, infinity or a gradient on one
+    side only count as infinitely far."""
     worst, name = 0.0, ""
-    for n, c, d in zip(names, cpu, dev):
+    for i, (n, c, d) in enumerate(zip(names, cpu, dev)):
         if c is None and d is None:
             continue
-        diff = float((d - c).abs().max()) if c is not None and d is not None and c.numel() else 0.0
-        if c is None or d is None or diff != diff:
+        diff = 0.0
+        if c is not None and d is not None and c.numel():
+            delta = (d - c).abs().nan_to_num(float("inf"))
+            if skip is not None and skip[i] is not None:
+                delta = delta[~skip[i]]
+            diff = float(delta.max()) if delta.numel() else 0.0
+        if c is None or d is None:
             diff = float("inf")
         if diff > worst:
             worst, name = diff, n
@@ -160,10 +171,11 @@ def run_train(model_type: str, mode: str) -> dict[str, Any]:
         record["losses"] = losses
         record["loss_max_diff"] = max(abs(d - c) for c, d in zip(record["cpu_losses"], losses))
         record["grad_max_diff"], record["worst_grad"] = _worst(names, cpu_grads, grads)
-        params = [p.detach().cpu() for p in dev.parameters()]
-        record["param_max_diff"], record["worst_param"] = _worst(
-            names, [p.detach() for p in model.parameters()], params
-        )
+        cpu_params, params = [p.detach() for p in model.parameters()], [p.detach().cpu() for p in dev.parameters()]
+        noise = [None if g is None else (g != 0) & (g.abs() <= NOISE * record["grad_scale"]) for g in cpu_grads]
+        record["noise_weights"] = sum(int(m.sum()) for m in noise if m is not None)
+        record["param_max_diff"], record["worst_param"] = _worst(names, cpu_params, params, noise)
+        record["param_max_diff_all"] = _worst(names, cpu_params, params)[0]
         problems = judge(record)
         record["status"] = "fail" if problems else "pass"
         if problems:
@@ -242,8 +254,11 @@ def report(results: list[dict[str, Any]], path: str | os.PathLike = REPORT) -> s
     w(f"in the first step (absolute, {GRAD_TOL:g} of the model's largest gradient: Adam's update would hide a ")
     w("gradient wrong by a constant factor) and every parameter after the last step (absolute ")
     w(f"{PARAM_TOL:g}, a fifth of one step: Adam scales each gradient to the step size, so float32 rounding in ")
-    w("near-zero gradients shows in the weights, and on CPU alone float32 moves them up to 8e-5 from a float64 ")
-    w("run). AdamW runs its per-parameter loop on CPU and its `foreach` path on neuron.\n\n")
+    w("small gradients shows in the weights, and on CPU alone float32 moves them up to 8e-5 from a float64 ")
+    w("run). The parameter check leaves out `noise weights`: weights whose first gradient is nonzero but ")
+    w(f"within {NOISE:g} of the model's largest, a sum that cancels to float32 rounding, so that its sign is a ")
+    w("coin flip that Adam's first update, lr * g / (|g| + eps), turns into as much as 2 * lr. AdamW runs its ")
+    w("per-parameter loop on CPU and its `foreach` path on neuron.\n\n")
     w(f"**Eager: {s['pass']['eager']} of {s['run_on_cpu']} architectures that train on CPU pass on neuron; ")
     w(f"compiled: {s['pass']['compiled']} of {s['run_on_cpu']}")
     if s["tried"]["compiled"] < s["run_on_cpu"]:
