@@ -40,7 +40,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .tiny_models import FAST_SLICE, causal_lm_class, tiny_causal_lm, tiny_inputs
+from .tiny_models import FAST_SLICE, TRAIN_SLICE, causal_lm_class, tiny_causal_lm, tiny_inputs
 
 PROMPT = 8
 NEW_TOKENS = 4
@@ -380,7 +380,11 @@ def report(results: list[dict[str, Any]], path: str | os.PathLike = REPORT) -> s
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tools.hf_sweep", description=__doc__.split("\n\n")[0])
     parser.add_argument("--only", help="comma-separated model types (default: all causal-LM architectures)")
-    parser.add_argument("--fast", action="store_true", help="only the CI slice: " + ", ".join(FAST_SLICE))
+    parser.add_argument(
+        "--fast",
+        action="store_true",
+        help=f"only the CI slice: {', '.join(FAST_SLICE)}; with --train {', '.join(TRAIN_SLICE)}",
+    )
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds per architecture (default 600)")
     parser.add_argument("--renew", type=int, default=20, help="fresh worker process after this many models")
     parser.add_argument(
@@ -400,7 +404,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.worker:
         worker(args.train)
         return 0
-    model_types = args.only.split(",") if args.only else FAST_SLICE if args.fast else architectures()
+    fast = TRAIN_SLICE if args.train else FAST_SLICE
+    model_types = args.only.split(",") if args.only else fast if args.fast else architectures()
     if args.train:
         return _train_main(args, model_types)
     previous: dict[str, dict[str, Any]] = {}

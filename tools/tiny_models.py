@@ -6,7 +6,8 @@ per-layer lists are cut keeping the first layer of each kind (so a hybrid model 
 layer of every mixer, a sliding-window model one sliding and one full layer); sub-configs
 (text, vision, audio) are shrunk the same way. `OVERRIDES` holds the few per-architecture
 settings the recipe cannot infer. `tiny_tokenizer()` is an offline tokenizer for them;
-`FAST_SLICE` names the architectures of the sweep's CI slice (`tools/hf_sweep.py --fast`).
+`FAST_SLICE` and `TRAIN_SLICE` name the architectures of the sweeps' CI slices (`tools/hf_sweep.py --fast`,
+`--train --fast`).
 
 A developer tool for the architecture sweep and the tests: Hugging Face libraries need none of it.
 """
@@ -24,6 +25,10 @@ from typing import Any
 # and an MoE whose data-dependent check breaks the compiled decode graph (dbrx: eager kernels
 # then run between compiled graphs).
 FAST_SLICE = ["llama", "gpt2", "qwen2", "phi3", "gpt_neox", "bloom", "mixtral", "gemma2", "lfm2", "mamba", "dbrx"]
+# The training sweep's CI slice (`--train --fast`, tests/test_hf_architectures.py), eager and compiled
+# in under a minute: dense with rotary and untied head (llama), learned positions, biases, a tied
+# head and Conv1D (gpt2), sliding window with soft-capping and a tied head (gemma2).
+TRAIN_SLICE = ["llama", "gpt2", "gemma2"]
 
 HIDDEN = 64
 LAYERS = 2
