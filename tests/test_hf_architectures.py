@@ -62,6 +62,6 @@ def test_training_matches_cpu(training: dict[str, dict], model_type: str, mode: 
 def test_training_config_draws_no_random_numbers() -> None:
     from tools.tiny_models import tiny_config
 
-    config = tiny_config("gpt2", deterministic=True)
+    config = tiny_config("gpt2", train=True)
     assert config.resid_pdrop == config.embd_pdrop == config.attn_pdrop == 0.0
     assert tiny_config("gpt2").resid_pdrop == 0.1  # inference keeps the architecture's own settings

@@ -268,14 +268,18 @@ def _fit_mamba(d: dict[str, Any]) -> None:
                 d[inner] = d[expand] * hidden
 
 
-# Per-architecture settings the generic recipe cannot infer: applied to the shrunk dict.
+# Per-architecture settings the generic recipe cannot infer: applied to the shrunk dict; those in
+# TRAIN_OVERRIDES only for training (`train=True`), after OVERRIDES.
 OVERRIDES: dict[str, Callable[[dict[str, Any]], None]] = {}
+TRAIN_OVERRIDES: dict[str, Callable[[dict[str, Any]], None]] = {}
 
 
-def override(*model_types: str) -> Callable[[Callable[[dict[str, Any]], None]], Callable[[dict[str, Any]], None]]:
+def override(
+    *model_types: str, train: bool = False
+) -> Callable[[Callable[[dict[str, Any]], None]], Callable[[dict[str, Any]], None]]:
     def register(fn: Callable[[dict[str, Any]], None]) -> Callable[[dict[str, Any]], None]:
         for model_type in model_types:
-            OVERRIDES[model_type] = fn
+            (TRAIN_OVERRIDES if train else OVERRIDES)[model_type] = fn
         return fn
 
     return register
@@ -295,9 +299,10 @@ def _no_randomness(d: dict[str, Any]) -> None:
             d[key] = 0.0
 
 
-def tiny_config_dict(model_type: str, deterministic: bool = False) -> dict[str, Any]:
-    """The shrunk `to_dict()` of `model_type`'s default config; `deterministic` zeroes its random
-    settings (dropout, layer drop, router jitter) so that training mode draws no random numbers."""
+def tiny_config_dict(model_type: str, train: bool = False) -> dict[str, Any]:
+    """The shrunk `to_dict()` of `model_type`'s default config; `train` zeroes its random settings
+    (dropout, layer drop, router jitter) so that training mode draws no random numbers, and applies
+    `TRAIN_OVERRIDES`."""
     from transformers import CONFIG_MAPPING
 
     with warnings.catch_warnings():
@@ -306,16 +311,18 @@ def tiny_config_dict(model_type: str, deterministic: bool = False) -> dict[str, 
     d = _shrink(config.to_dict())
     if model_type in OVERRIDES:
         OVERRIDES[model_type](d)
-    if deterministic:
+    if train:
         _no_randomness(d)
+        if model_type in TRAIN_OVERRIDES:
+            TRAIN_OVERRIDES[model_type](d)
     return d
 
 
-def tiny_config(model_type: str, deterministic: bool = False) -> Any:
+def tiny_config(model_type: str, train: bool = False) -> Any:
     """A tiny config of the architecture `model_type` (random-weight models build in milliseconds)."""
     from transformers import CONFIG_MAPPING
 
-    d = tiny_config_dict(model_type, deterministic)
+    d = tiny_config_dict(model_type, train)
     d.pop("model_type", None)
     d.pop("transformers_version", None)
     config_class = CONFIG_MAPPING[model_type]
@@ -355,7 +362,7 @@ def tiny_causal_lm(model_type: str, seed: int = 0, train: bool = False, **kwargs
     step); `kwargs` go to `from_config` (e.g. `attn_implementation`)."""
     import torch
 
-    config = tiny_config(model_type, deterministic=train)
+    config = tiny_config(model_type, train)
     torch.manual_seed(seed)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -434,6 +441,13 @@ def _qwen4_exp(d: dict[str, Any]) -> None:
 @override("reformer")
 def _reformer(d: dict[str, Any]) -> None:
     d.update(is_decoder=True, axial_pos_embds_dim=[HIDDEN // 2, HIDDEN // 2], axial_pos_shape=[16, 32])
+
+
+@override("reformer", train=True)
+def _reformer_train(d: dict[str, Any]) -> None:
+    # In training Reformer's axial position embeddings must cover the sequence exactly: 2 x 4 is the
+    # training sweep's 8 tokens (tools/hf_training.py LENGTH); inference keeps 16 x 32 for generation.
+    d["axial_pos_shape"] = [2, 4]
 
 
 @override("dots3_note", "dots3_note_text")
