@@ -253,6 +253,19 @@ def summary(results: list[dict[str, Any]]) -> dict[str, Any]:
     return {"architectures": len(results), "run_on_cpu": len(ran), "pass": counts, "tried": tried}
 
 
+def _seconds(results: list[dict[str, Any]], mode: str) -> list[float]:
+    return sorted(r[mode]["seconds"] for r in results if _ran_on_cpu(r) and "seconds" in r.get(mode, {}))
+
+
+def _median(results: list[dict[str, Any]], mode: str) -> float:
+    seconds = _seconds(results, mode)
+    return seconds[len(seconds) // 2] if seconds else 0.0
+
+
+def _total(results: list[dict[str, Any]], mode: str) -> float:
+    return sum(_seconds(results, mode))
+
+
 def _mode_cell(r: dict[str, Any], mode: str) -> str:
     return r[mode]["status"] if mode in r else "not run"
 
@@ -307,7 +320,13 @@ def report(results: list[dict[str, Any]], path: str | os.PathLike = REPORT) -> s
     w("Loss and parameter columns give the largest absolute difference from CPU (eager / compiled); ")
     w("`graphs` counts the graphs Dynamo handed the backend (one forward graph per region between graph ")
     w("breaks); `fallback calls` counts ops that ran on CPU for lack of a lowering (eager / compiled); `s` is ")
-    w("each run's seconds, the CPU reference included.\n\n")
+    w("each run's seconds, the CPU reference included (median eager ")
+    w(" s, compiled ".join(f"{_median(results, m):.1f}" for m in MODES))
+    w(
+        " s; in all "
+        + ", ".join(f"{m} {_total(results, m) / 60:.0f} min" for m in MODES)
+        + f", on {os.cpu_count()} cores).\n\n"
+    )
     columns = ["model type", "class", "eager", "compiled", "loss diff", "param diff", "graphs", "fallback calls"]
     columns += ["s", "cause"]
     w("| " + " | ".join(columns) + " |\n" + "|---" * len(columns) + "|\n")
