@@ -206,6 +206,25 @@ def test_output_views_are_made_on_their_root_without_dispatch(monkeypatch: pytes
     assert_same(env[root].cpu(), env[node])  # a permute of a permute
 
 
+def test_saved_views_of_an_input_at_a_storage_offset() -> None:
+    """An input that is itself a view at an offset (an MoE expert's slice of one weight, as DBRX
+    passes it) reaches the backward as forward outputs that view it: made on its storage at the
+    root's offset plus the traced difference, not twice the root's offset (out of bounds)."""
+
+    def fn(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        return (x @ w.t()).square().sum()
+
+    weight, x = torch.randn(4 * 8, 6), torch.randn(3, 6)
+    grads = []
+    for device, step in (("cpu", fn), ("neuron", compiled(fn))):
+        for expert in (2, 3):
+            part = weight.to(device).view(4, 8, 6)[expert]  # storage offset 96, then 144
+            xs = x.clone().to(device).requires_grad_()  # a leaf on both devices
+            step(xs, part).backward()
+            grads.append(xs.grad)
+    assert_same(grads[:2], grads[2:])
+
+
 # ---- numerics: models (graph splits until their ops land) -----------------------------------
 
 

@@ -10,6 +10,11 @@ when the `neuron` compile backend is registered) are the reference; the same wei
 `model.to("neuron")` must give the same logits (within float32 tolerance) and the same tokens.
 Architectures that do not build or generate on CPU are listed apart and not counted.
 
+`--train` sweeps training parity instead (`tools/hf_training.py`): three AdamW steps, eager and
+compiled, against CPU, written up as `docs/model_training.md`:
+
+    python -m tools.hf_sweep --train --json docs/model_training.json [--resume] [--modes eager]
+
 Models run in a worker subprocess, one at a time with a per-model timeout; a model that hangs
 or crashes the worker is recorded as such and a fresh worker takes the next one. The worker is
 also renewed every `--renew` models so no model's global side effects reach many others.
@@ -31,10 +36,11 @@ import time
 import traceback
 import warnings
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .tiny_models import FAST_SLICE, causal_lm_class, tiny_causal_lm, tiny_inputs
+from .tiny_models import FAST_SLICE, TRAIN_SLICE, causal_lm_class, tiny_causal_lm, tiny_inputs
 
 PROMPT = 8
 NEW_TOKENS = 4
@@ -178,8 +184,9 @@ def _static(model: Any, dev_ids: Any, ref: tuple[Any, list[Any]] | None) -> str:
     return "same" if ok else f"differ: {note}"
 
 
-def worker() -> None:
-    """Read architecture names on stdin, answer one JSON line each on the original stdout."""
+def worker(train: bool = False) -> None:
+    """Read requests on stdin (an architecture name; with `train`, name and mode), answer one JSON
+    line each on the original stdout."""
     results = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)  # anything models or libraries print goes to stderr, not into the protocol
     sys.stdout = sys.stderr
@@ -190,18 +197,22 @@ def worker() -> None:
     logging.set_verbosity_error()
     logging.disable_progress_bar()
     static = compile_backend_available()
+    if train:
+        from .hf_training import run_train  # imports this module: not at the top
+
     for line in sys.stdin:
-        model_type = line.strip()
-        if model_type:
-            results.write(json.dumps(run_one(model_type, static), default=str) + "\n")
+        request = line.split()
+        if request:
+            record = run_train(*request) if train else run_one(request[0], static)
+            results.write(json.dumps(record, default=str) + "\n")
 
 
 class Worker:
     """A worker subprocess with a line reader thread, so the parent can wait with a timeout."""
 
-    def __init__(self, log: Any) -> None:
+    def __init__(self, log: Any, train: bool = False) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tools.hf_sweep", "--worker"],
+            [sys.executable, "-m", "tools.hf_sweep", "--worker"] + (["--train"] if train else []),
             cwd=ROOT,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
@@ -219,19 +230,22 @@ class Worker:
             self.lines.put(line)
         self.lines.put(None)
 
-    def ask(self, model_type: str, timeout: float) -> dict[str, Any]:
+    def ask(self, request: str, timeout: float) -> dict[str, Any]:
+        """Run one request ("model_type" or "model_type mode"); its record, or one saying it timed out or crashed."""
         assert self.proc.stdin is not None
-        self.proc.stdin.write(model_type + "\n")
+        self.proc.stdin.write(request + "\n")
         self.proc.stdin.flush()
         self.done += 1
+        model_type, *mode = request.split()
+        about = {"model_type": model_type} | ({"mode": mode[0]} if mode else {})
         try:
             line = self.lines.get(timeout=timeout)
         except queue.Empty:
             self.close()
-            return {"model_type": model_type, "status": "timeout", "cause": f"no result within {timeout:.0f} s"}
+            return about | {"status": "timeout", "cause": f"no result within {timeout:.0f} s"}
         if line is None:
             code = self.proc.wait()
-            return {"model_type": model_type, "status": "crash", "cause": f"worker died (exit code {code})"}
+            return about | {"status": "crash", "cause": f"worker died (exit code {code})"}
         return json.loads(line)
 
     def alive(self) -> bool:
@@ -244,27 +258,32 @@ class Worker:
 
 
 def sweep(
-    model_types: list[str] | None = None,
+    requests: list[str] | None = None,
     timeout: float = 600.0,
     renew: int = 20,
     log_path: str | os.PathLike | None = None,
     progress: bool = True,
+    train: bool = False,
+    on_record: Callable[[dict[str, Any]], None] | None = None,
 ) -> list[dict[str, Any]]:
-    """Run each architecture in a worker subprocess; one record per architecture."""
-    model_types = model_types or architectures()
+    """Run each request (an architecture; with `train`, "architecture mode") in a worker subprocess;
+    one record per request, each also handed to `on_record` as it arrives."""
+    requests = requests or architectures()
     results: list[dict[str, Any]] = []
     log = open(log_path or os.devnull, "a")  # lives as long as the workers
     current: Worker | None = None
     try:
-        for i, model_type in enumerate(model_types):
+        for i, request in enumerate(requests):
             if current is None or not current.alive() or current.done >= renew:
                 if current is not None:
                     current.close()
-                current = Worker(log)
-            record = current.ask(model_type, timeout)
+                current = Worker(log, train)
+            record = current.ask(request, timeout)
             results.append(record)
+            if on_record is not None:
+                on_record(record)
             if progress:
-                print(f"[{i + 1}/{len(model_types)}] {model_type}: {record['status']} {_brief(record)}", flush=True)
+                print(f"[{i + 1}/{len(requests)}] {request}: {record['status']} {_brief(record)}", flush=True)
     finally:
         if current is not None:
             current.close()
@@ -361,22 +380,34 @@ def report(results: list[dict[str, Any]], path: str | os.PathLike = REPORT) -> s
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tools.hf_sweep", description=__doc__.split("\n\n")[0])
     parser.add_argument("--only", help="comma-separated model types (default: all causal-LM architectures)")
-    parser.add_argument("--fast", action="store_true", help="only the CI slice: " + ", ".join(FAST_SLICE))
+    parser.add_argument(
+        "--fast",
+        action="store_true",
+        help=f"only the CI slice: {', '.join(FAST_SLICE)}; with --train {', '.join(TRAIN_SLICE)}",
+    )
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds per architecture (default 600)")
     parser.add_argument("--renew", type=int, default=20, help="fresh worker process after this many models")
-    parser.add_argument("--out", default=str(REPORT), help="the Markdown report to write")
+    parser.add_argument(
+        "--out",
+        help="the Markdown report to write (default docs/model_coverage.md, with --train docs/model_training.md)",
+    )
     parser.add_argument("--no-report", action="store_true", help="do not write the Markdown report")
     parser.add_argument("--json", help="also write the raw records here")
     parser.add_argument(
         "--resume", action="store_true", help="keep the records already in --json and run only the others (or --only)"
     )
     parser.add_argument("--log", help="worker stderr goes here (default: discarded)")
+    parser.add_argument("--train", action="store_true", help="training parity instead (tools/hf_training.py)")
+    parser.add_argument("--modes", default="eager,compiled", help="with --train: eager, compiled or both (default)")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
-        worker()
+        worker(args.train)
         return 0
-    model_types = args.only.split(",") if args.only else FAST_SLICE if args.fast else architectures()
+    fast = TRAIN_SLICE if args.train else FAST_SLICE
+    model_types = args.only.split(",") if args.only else fast if args.fast else architectures()
+    if args.train:
+        return _train_main(args, model_types)
     previous: dict[str, dict[str, Any]] = {}
     if args.resume and args.json and Path(args.json).exists():
         previous = {r["model_type"]: r for r in json.loads(Path(args.json).read_text())}
@@ -388,11 +419,46 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1, default=str))
     if not args.no_report:
-        report(results, args.out)
+        report(results, args.out or REPORT)
     s = summary(results)
     print(
         f"{s['pass_on_neuron']}/{s['run_on_cpu']} architectures that run on CPU pass on neuron "
         f"({100 * s['pass_rate']:.1f}%); {s['architectures'] - s['run_on_cpu']} do not run on CPU"
+    )
+    return 0
+
+
+def _train_main(args: argparse.Namespace, model_types: list[str]) -> int:
+    """`--train`: every requested mode of each architecture, all eager runs first; the merged records
+    are rewritten after each run, so an interrupted sweep resumes where it stopped (`--resume`)."""
+    from . import hf_training  # imports this module: not at the top
+
+    modes = args.modes.split(",")
+    unknown = set(modes) - set(hf_training.MODES)
+    if unknown:
+        raise SystemExit(f"unknown mode(s) {sorted(unknown)}; choose from {', '.join(hf_training.MODES)}")
+    merged: dict[str, dict[str, Any]] = {}
+    if args.resume and args.json and Path(args.json).exists():
+        merged = {r["model_type"]: r for r in json.loads(Path(args.json).read_text())}
+    order = architectures() + [m for m in model_types if m not in architectures()]
+
+    def ordered() -> list[dict[str, Any]]:
+        return [merged[m] for m in order if m in merged]
+
+    def save(record: dict[str, Any]) -> None:
+        hf_training.merge([record], merged)
+        if args.json:
+            Path(args.json).write_text(json.dumps(ordered(), indent=1, default=str))
+
+    requests = [f"{m} {mode}" for mode in modes for m in model_types if args.only or mode not in merged.get(m, {})]
+    sweep(requests, timeout=args.timeout, renew=args.renew, log_path=args.log, train=True, on_record=save)
+    results = ordered()
+    if not args.no_report:
+        hf_training.report(results, args.out or hf_training.REPORT)
+    s = hf_training.summary(results)
+    print(
+        f"training parity, of {s['run_on_cpu']} architectures that train on CPU: "
+        + ", ".join(f"{m} {s['pass'][m]} pass ({s['tried'][m]} run)" for m in hf_training.MODES)
     )
     return 0
 

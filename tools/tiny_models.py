@@ -6,13 +6,15 @@ per-layer lists are cut keeping the first layer of each kind (so a hybrid model 
 layer of every mixer, a sliding-window model one sliding and one full layer); sub-configs
 (text, vision, audio) are shrunk the same way. `OVERRIDES` holds the few per-architecture
 settings the recipe cannot infer. `tiny_tokenizer()` is an offline tokenizer for them;
-`FAST_SLICE` names the architectures of the sweep's CI slice (`tools/hf_sweep.py --fast`).
+`FAST_SLICE` and `TRAIN_SLICE` name the architectures of the sweeps' CI slices (`tools/hf_sweep.py --fast`,
+`--train --fast`).
 
 A developer tool for the architecture sweep and the tests: Hugging Face libraries need none of it.
 """
 
 from __future__ import annotations
 
+import re
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -23,6 +25,10 @@ from typing import Any
 # and an MoE whose data-dependent check breaks the compiled decode graph (dbrx: eager kernels
 # then run between compiled graphs).
 FAST_SLICE = ["llama", "gpt2", "qwen2", "phi3", "gpt_neox", "bloom", "mixtral", "gemma2", "lfm2", "mamba", "dbrx"]
+# The training sweep's CI slice (`--train --fast`, tests/test_hf_architectures.py), eager and compiled
+# in under a minute: dense with rotary and untied head (llama), learned positions, biases, a tied
+# head and Conv1D (gpt2), sliding window with soft-capping and a tied head (gemma2).
+TRAIN_SLICE = ["llama", "gpt2", "gemma2"]
 
 HIDDEN = 64
 LAYERS = 2
@@ -262,21 +268,41 @@ def _fit_mamba(d: dict[str, Any]) -> None:
                 d[inner] = d[expand] * hidden
 
 
-# Per-architecture settings the generic recipe cannot infer: applied to the shrunk dict.
+# Per-architecture settings the generic recipe cannot infer: applied to the shrunk dict; those in
+# TRAIN_OVERRIDES only for training (`train=True`), after OVERRIDES.
 OVERRIDES: dict[str, Callable[[dict[str, Any]], None]] = {}
+TRAIN_OVERRIDES: dict[str, Callable[[dict[str, Any]], None]] = {}
 
 
-def override(*model_types: str) -> Callable[[Callable[[dict[str, Any]], None]], Callable[[dict[str, Any]], None]]:
+def override(
+    *model_types: str, train: bool = False
+) -> Callable[[Callable[[dict[str, Any]], None]], Callable[[dict[str, Any]], None]]:
     def register(fn: Callable[[dict[str, Any]], None]) -> Callable[[dict[str, Any]], None]:
         for model_type in model_types:
-            OVERRIDES[model_type] = fn
+            (TRAIN_OVERRIDES if train else OVERRIDES)[model_type] = fn
         return fn
 
     return register
 
 
-def tiny_config_dict(model_type: str) -> dict[str, Any]:
-    """The shrunk `to_dict()` of `model_type`'s default config."""
+# Float settings that make a training forward random: dropout of every kind, layer drop, stochastic
+# depth, router jitter, SpecAugment-style masking. Two devices draw different random streams, so a
+# training step compared across devices needs them at zero (eval mode switches off only some).
+_STOCHASTIC = re.compile(r"drop|jitter|noise|^mask_\w*_prob$")
+
+
+def _no_randomness(d: dict[str, Any]) -> None:
+    for key, value in d.items():
+        if isinstance(value, dict):
+            _no_randomness(value)
+        elif isinstance(value, float) and _STOCHASTIC.search(key):
+            d[key] = 0.0
+
+
+def tiny_config_dict(model_type: str, train: bool = False) -> dict[str, Any]:
+    """The shrunk `to_dict()` of `model_type`'s default config; `train` zeroes its random settings
+    (dropout, layer drop, router jitter) so that training mode draws no random numbers, and applies
+    `TRAIN_OVERRIDES`."""
     from transformers import CONFIG_MAPPING
 
     with warnings.catch_warnings():
@@ -285,14 +311,18 @@ def tiny_config_dict(model_type: str) -> dict[str, Any]:
     d = _shrink(config.to_dict())
     if model_type in OVERRIDES:
         OVERRIDES[model_type](d)
+    if train:
+        _no_randomness(d)
+        if model_type in TRAIN_OVERRIDES:
+            TRAIN_OVERRIDES[model_type](d)
     return d
 
 
-def tiny_config(model_type: str) -> Any:
+def tiny_config(model_type: str, train: bool = False) -> Any:
     """A tiny config of the architecture `model_type` (random-weight models build in milliseconds)."""
     from transformers import CONFIG_MAPPING
 
-    d = tiny_config_dict(model_type)
+    d = tiny_config_dict(model_type, train)
     d.pop("model_type", None)
     d.pop("transformers_version", None)
     config_class = CONFIG_MAPPING[model_type]
@@ -326,12 +356,13 @@ def tiny_inputs(model: Any, length: int = 8, seed: int = 0) -> Any:
     return torch.randint(3, vocab, (batch, length), generator=generator)
 
 
-def tiny_causal_lm(model_type: str, seed: int = 0, **kwargs: Any) -> Any:
+def tiny_causal_lm(model_type: str, seed: int = 0, train: bool = False, **kwargs: Any) -> Any:
     """A tiny random-weight causal LM of `model_type` (the class `AutoModelForCausalLM` maps it to), in eval
-    mode; `kwargs` go to `from_config` (e.g. `attn_implementation`)."""
+    mode, or with `train` in training mode with every random setting zeroed (a deterministic training
+    step); `kwargs` go to `from_config` (e.g. `attn_implementation`)."""
     import torch
 
-    config = tiny_config(model_type)
+    config = tiny_config(model_type, train)
     torch.manual_seed(seed)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -339,7 +370,7 @@ def tiny_causal_lm(model_type: str, seed: int = 0, **kwargs: Any) -> Any:
     if hasattr(model, "set_default_language"):  # X-MOD routes through a per-language adapter
         model.set_default_language(config.languages[0])
     _randomize_constant_matrices(model)
-    return model.eval()
+    return model.train(train)
 
 
 def _randomize_constant_matrices(model: Any) -> None:
@@ -412,6 +443,13 @@ def _reformer(d: dict[str, Any]) -> None:
     d.update(is_decoder=True, axial_pos_embds_dim=[HIDDEN // 2, HIDDEN // 2], axial_pos_shape=[16, 32])
 
 
+@override("reformer", train=True)
+def _reformer_train(d: dict[str, Any]) -> None:
+    # In training Reformer's axial position embeddings must cover the sequence exactly: 2 x 4 is the
+    # training sweep's 8 tokens (tools/hf_training.py LENGTH); inference keeps 16 x 32 for generation.
+    d["axial_pos_shape"] = [2, 4]
+
+
 @override("dots3_note", "dots3_note_text")
 def _dots3(d: dict[str, Any]) -> None:
     text = d.get("text_config", d)
@@ -444,6 +482,13 @@ def _xlstm(d: dict[str, Any]) -> None:
 @override("cohere_compass_text")
 def _cohere_compass(d: dict[str, Any]) -> None:
     d["rope_parameters"] = {kind: {"rope_type": "default", "rope_theta": 10000.0} for kind in set(d["layer_types"])}
+
+
+@override("cpmant")
+def _cpmant(d: dict[str, Any]) -> None:
+    # CPM-Ant's default init_std is 1.0: in the 64-wide model attention scores reach thousands and the
+    # loss 20, so float32 alone moves CPU's first gradients by 1e-4 of the largest (against float64)
+    d["init_std"] = 0.02
 
 
 @override("big_bird")

@@ -30,6 +30,7 @@ from .executable import Executable, LoweringError
 from .nodes import OWN_KERNEL, Rule, is_view, rule_for, scalar_rule
 
 _warned: set[str] = set()
+# (base, size, stride, offset increment): a view of base's storage at base's offset plus the increment
 _reinterpret = torch._C._dynamo.guards._reinterpret_tensor
 
 
@@ -305,7 +306,7 @@ def _make_view(node: Node, plans: dict[Node, tuple | None], env: dict, made: set
     if plan is not None:
         root = env[plan[0]]
         if isinstance(root, torch.Tensor) and root.stride() == plan[4]:
-            env[node] = _reinterpret(root, plan[1], plan[2], root.storage_offset() + plan[3])
+            env[node] = _reinterpret(root, plan[1], plan[2], plan[3])
             made.add(node)
             return
     source = node.args[0]
