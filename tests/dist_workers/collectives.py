@@ -104,6 +104,31 @@ def staging_and_device_work(cpu: Any) -> None:
     vs_gloo(cpu, same_tensor_twice, rand(4 * WORLD, 3))
 
 
+def lane_order_and_futures(cpu: Any) -> None:
+    """Collectives start in call order once the device has computed their tensors, while the
+    caller goes on: one rank queues much more device work before its first collective than the
+    other, then an asynchronous all-reduce, a synchronous broadcast and an asynchronous
+    reduce-scatter complete with Gloo's results."""
+
+    def mixed(group: Any, t: torch.Tensor, m: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        for _ in range(20 if RANK == 0 else 1):
+            m = (m @ m).remainder(7)  # exact in float32; rank 0's tensors are computed later than rank 1's
+        summed = t + m.sum()
+        first = dist.all_reduce(summed, group=group, async_op=True)
+        dist.broadcast(m, src=WORLD - 1, group=group)
+        out = t.new_empty(t.shape[0] // WORLD, *t.shape[1:])
+        scattered = dist.reduce_scatter_tensor(out, t * 2, group=group, async_op=True)
+        first.wait()
+        scattered.wait()
+        if group is None:  # Gloo's reduce-scatter work has no future; ours has, through a waiting thread
+            again = torch.empty_like(out)
+            future = dist.reduce_scatter_tensor(again, t * 2, async_op=True).get_future()
+            assert_equal(out.cpu(), future.wait(), what="reduce-scatter future")
+        return summed, m, out
+
+    vs_gloo(cpu, mixed, rand(4 * WORLD, 3), rand(64, 64, dtype=torch.int64).remainder(7).float())
+
+
 def broadcast_reduce(cpu: Any) -> None:
     for src in (0, WORLD - 1):
         vs_gloo(cpu, lambda g, t, s=src: dist.broadcast(t, src=s, group=g), rand(4, 3, dtype=torch.bfloat16))
@@ -365,6 +390,7 @@ ALL = [
     staging_and_device_work,
     all_reduce_complex,
     all_reduce_async_and_views,
+    lane_order_and_futures,
     broadcast_reduce,
     all_gather,
     reduce_scatter,

@@ -2,14 +2,17 @@
 
 Every collective the Python API, DDP, FSDP2 and the functional collectives (`_c10d_functional`,
 used by DTensor) issue on neuron tensors reaches one of these kernels through the dispatcher.
-A kernel hands the device tensors to the process group's `neuron` backend (a `ProcessGroupGloo`)
-as host tensors (`_Staging`: on the CPU platform the device memory itself, elsewhere copies) and
-makes the host results the device tensors' contents.
-
-Collectives finish inside the kernel and return a completed `Work` whose future holds the device
-tensors (DDP reads its bucket from that future). Point-to-point stays asynchronous so that
-exchanges in any order cannot deadlock: `send` returns Gloo's own work (the host copy lives in it)
-and `recv_` returns a `_RecvWork` that makes the received data the device's on `wait()`.
+A kernel stages the device tensors as host tensors for the process group's `neuron` backend (a
+`ProcessGroupGloo`): on the CPU platform the device memory itself, elsewhere copies (`_Staging`).
+One thread per process, the lane, calls Gloo with them in call order, once the device has
+computed them, so the calling thread never waits for device work. A collective issued with
+`async_op` (as DDP, FSDP2 and the functional collectives issue them) returns a pending work at
+once; the host results become the device tensors' contents on `wait()` or as its future
+completes (DDP chains its bucket's next step on it). Any other collective completes inside its
+call. `TORCH_NEURONX_ASYNC_COLLECTIVES=0` makes every collective complete inside its call.
+Point-to-point goes to Gloo directly and stays asynchronous so that exchanges in any order
+cannot deadlock: `send` returns Gloo's own work (the host copy lives in it) and `recv_` returns a
+`_RecvWork` that makes the received data the device's on `wait()`.
 A peer that dies makes Gloo raise (connection closed, or the group timeout) and the error
 propagates from the collective call.
 """
@@ -17,9 +20,10 @@ propagates from the collective call.
 from __future__ import annotations
 
 import os
+import queue
 import threading
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -28,7 +32,7 @@ import torch._C._distributed_c10d as _c10d
 import torch.distributed as dist
 
 from ..eager.tensor import adopt, fills_storage
-from ..eager.transfer import download, host_owned, host_view
+from ..eager.transfer import download, host_buffer, host_view, owned_buffer
 
 _NEURON = torch.device("neuron")
 _RedOp = dist.ReduceOp.RedOpType
@@ -40,47 +44,71 @@ _library: list[torch.library.Library] = []
 _ASYNC = os.environ.get("TORCH_NEURONX_ASYNC_COLLECTIVES", "1") != "0"
 
 
+class _Later:
+    """A host view of a device buffer, made on the lane once the device has computed the buffer."""
+
+    __slots__ = ("buffer", "like")
+
+    def __init__(self, buffer: Any, like: torch.Tensor) -> None:
+        self.buffer, self.like = buffer, like
+
+    def view(self) -> torch.Tensor:
+        if self.buffer.is_deleted():
+            raise RuntimeError(
+                "neuron: a tensor of an asynchronous collective was written in place before the collective "
+                "started; call wait() on its work (or the future's wait()) before writing its tensors"
+            )
+        return host_view(self.buffer, self.like)
+
+
 class _Staging:
     """Host tensors for the device tensors of one call; `back()` makes host results device data.
 
     On the CPU platform a device tensor that is its whole storage is handed over as it is: inputs
-    as read-only host views, outputs as host views of its buffer taken from every earlier reader
-    (`host_owned`), so the transport reads and writes device memory with no copy. Anything else
-    is copied to a private host tensor, which `back()` adopts as the device buffer (or copies into
-    a view)."""
+    as read-only host views of its buffer, outputs as host views of its buffer taken from every
+    earlier reader (`owned_buffer`), so the transport reads and writes device memory with no copy.
+    These views are `_Later`s, made by `host()` on the lane once the device has computed them.
+    Anything else is copied to a private host tensor, which `back()` adopts as the device buffer
+    (or copies into a view)."""
 
     def __init__(self) -> None:
         self.pairs: list[tuple[torch.Tensor, torch.Tensor]] = []
         self.held: list[Any] = []  # device buffers under host views, alive until the transport is done
 
-    def _held(self, view: tuple[torch.Tensor, Any] | None) -> torch.Tensor | None:
-        if view is None:
-            return None
-        self.held.append(view[1])
-        return view[0]
+    def _later(self, buffer: Any, t: torch.Tensor) -> _Later:
+        self.held.append(buffer)
+        return _Later(buffer, t)
 
-    def put(self, t: torch.Tensor, view: bool = True) -> torch.Tensor:
+    def put(self, t: torch.Tensor, view: bool = True) -> Any:
         """An input (`view=False`: always a copy, for a transport that reads after returning)."""
         if t.device.type != "neuron":
             return t
-        host = self._held(host_view(t)) if view else None
-        return host if host is not None else download(t)
+        buffer = host_buffer(t) if view else None
+        return self._later(buffer, t) if buffer is not None else download(t)
 
-    def out(self, t: torch.Tensor, keep: bool = False) -> torch.Tensor:
+    def out(self, t: torch.Tensor, keep: bool = False) -> Any:
         """An output (`keep`: also an input)."""
         if t.device.type != "neuron":
             return t
-        host = self._held(host_owned(t))
-        if host is None:
-            host = download(t) if keep else torch.empty(t.shape, dtype=t.dtype)
-            self.pairs.append((t, host))
+        buffer = owned_buffer(t)
+        if buffer is not None:
+            return self._later(buffer, t)
+        host = download(t) if keep else torch.empty(t.shape, dtype=t.dtype)
+        self.pairs.append((t, host))
         return host
 
-    def puts(self, ts: Sequence[torch.Tensor], view: bool = True) -> list[torch.Tensor]:
+    def puts(self, ts: Sequence[torch.Tensor], view: bool = True) -> list[Any]:
         return [self.put(t, view) for t in ts]
 
-    def outs(self, ts: Sequence[torch.Tensor], keep: bool = False) -> list[torch.Tensor]:
+    def outs(self, ts: Sequence[torch.Tensor], keep: bool = False) -> list[Any]:
         return [self.out(t, keep) for t in ts]
+
+    @staticmethod
+    def host(staged: Any) -> Any:
+        """`put`/`out` results (or nested lists of them) as host tensors: waits for the device."""
+        if isinstance(staged, list):
+            return [_Staging.host(x) for x in staged]
+        return staged.view() if isinstance(staged, _Later) else staged
 
     def back(self) -> None:
         for device_tensor, host in self.pairs:
@@ -90,6 +118,75 @@ class _Staging:
                 device_tensor.copy_(host)
         self.pairs.clear()
         self.held.clear()
+
+
+class _Start:
+    """One collective for the lane: `run()` (on the lane) makes the host tensors of its staged
+    arguments and calls Gloo with them; `work()` (any thread) waits for that and returns Gloo's
+    work, or raises the call's error."""
+
+    def __init__(self, call: Callable[..., Any], *staged: Any) -> None:
+        self.call, self.staged = call, list(staged)
+        self.started = threading.Event()
+        self.inner: Any = None
+        self.error: BaseException | None = None
+        self.lock = threading.Lock()
+        self.callbacks: list[Callable[[_Start], None]] | None = []
+
+    def run(self) -> None:
+        try:
+            self.inner = self.call(*_Staging.host(self.staged))
+        except BaseException as e:  # raised to whoever waits on the collective
+            self.error = e
+        self.call, self.staged = None, []  # type: ignore[assignment]
+        with self.lock:
+            self.started.set()
+            callbacks, self.callbacks = self.callbacks or [], None
+        for callback in callbacks:
+            callback(self)
+
+    def then(self, callback: Callable[[_Start], None]) -> None:
+        """Call `callback(self)` once started: now if it has, else on the lane right after."""
+        with self.lock:
+            if self.callbacks is not None:
+                self.callbacks.append(callback)
+                return
+        callback(self)
+
+    def work(self, timeout: timedelta | None = None) -> Any:
+        if not self.started.wait(timeout.total_seconds() if timeout else None):
+            raise RuntimeError("neuron: timed out waiting for the device to compute a collective's inputs")
+        if self.error is not None:
+            raise self.error
+        return self.inner
+
+
+class _Lane:
+    """The thread that hands this process's collectives to Gloo, one at a time in call order (every
+    rank must issue a group's collectives in the same order), each once the device has computed
+    its tensors: the calling thread never waits for device work, so a backward keeps queuing its
+    next ops while earlier gradients are reduced."""
+
+    def __init__(self) -> None:
+        self.pid = os.getpid()
+        self.starts: queue.SimpleQueue[_Start] = queue.SimpleQueue()
+        threading.Thread(target=self._serve, name="neuron-collectives", daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            self.starts.get().run()
+
+
+_lane: list[_Lane] = []
+
+
+def _submit(call: Callable[..., Any], *staged: Any) -> _Start:
+    begun = _Start(call, *staged)
+    with _lock:
+        if not _lane or _lane[0].pid != os.getpid():  # a forked child has no lane thread
+            _lane[:] = [_Lane()]
+        _lane[0].starts.put(begun)
+    return begun
 
 
 def _backend(process_group: Any) -> Any:
@@ -149,31 +246,30 @@ def _failure(backend: Any, what: str, error: BaseException) -> dist.DistBackendE
     )
 
 
-def _finish(stage: _Staging, backend: Any, what: str, work: Any, value: Any, async_op: bool) -> Any:
-    """The work a collective kernel returns: pending while Gloo runs it on its own threads
-    (`async_op`, as DDP, FSDP2 and the functional collectives issue them), else completed."""
+def _run(
+    stage: _Staging, backend: Any, what: str, value: Any, async_op: bool, call: Callable[..., Any], *staged: Any
+) -> Any:
+    """Start `call(*staged)` on the lane; return the work a kernel returns, whose future holds
+    `value`: pending while Gloo runs it (`async_op`), else completed."""
+    begun = _submit(call, *staged)
     if async_op and _ASYNC:
-        try:
-            return _PendingWork(backend, what, work, stage, value).boxed()
-        except RuntimeError:  # a Gloo work without a future (reduce_scatter of a list)
-            pass
-    _wait(backend, what, work)
+        return _PendingWork(backend, what, begun, stage, value).boxed()
+    _wait(backend, what, begun.work())
     stage.back()
     return _done(value)
 
 
 class _PendingWork(dist.Work):
-    """A collective that Gloo runs on its own threads. Its host results become the device's once:
-    on `wait()`, or as Gloo's future completes when the future was asked for (DDP chains its
-    bucket's next step on it, so the all-reduce overlaps the rest of the backward)."""
+    """A collective that the lane starts and Gloo runs on its own threads. Its host results become
+    the device's once: on `wait()`, or as Gloo's future completes when the future was asked for
+    (DDP chains its bucket's next step on it, so the all-reduce overlaps the rest of the backward)."""
 
     # Python works must outlive the dispatcher's reference: kept until waited or completed.
     live: set[_PendingWork] = set()
 
-    def __init__(self, backend: Any, what: str, inner: Any, stage: _Staging, value: Any) -> None:
+    def __init__(self, backend: Any, what: str, begun: _Start, stage: _Staging, value: Any) -> None:
         super().__init__()
-        self.inner_future = inner.get_future()
-        self.backend, self.what, self.inner, self.stage, self.value = backend, what, inner, stage, value
+        self.backend, self.what, self.begun, self.stage, self.value = backend, what, begun, stage, value
         self.finished = False
         self.lock = threading.Lock()
         _PendingWork.live.add(self)
@@ -186,30 +282,63 @@ class _PendingWork(dist.Work):
         _PendingWork.live.discard(self)
 
     def wait(self, timeout: timedelta = timedelta(0)) -> bool:
-        _wait(self.backend, self.what, self.inner, timeout or None)
+        _wait(self.backend, self.what, self.begun.work(timeout or None), timeout or None)
         self._finish()
         return True
 
+    def _started(self) -> Any:
+        """Gloo's work, or None while the lane has not started it (or failed to)."""
+        return self.begun.inner if self.begun.started.is_set() else None
+
     def is_completed(self) -> bool:
-        if not self.finished and self.inner.is_completed() and self.inner.is_success():
+        inner = self._started()
+        if self.finished or self.begun.error is not None:
+            return True
+        if inner is None:
+            return False
+        if inner.is_completed() and inner.is_success():
             self._finish()
-        return self.finished or self.inner.is_completed()
+        return self.finished or inner.is_completed()
 
     def is_success(self) -> bool:
-        return self.inner.is_success()
+        inner = self._started()
+        return inner is not None and inner.is_success()
 
     def get_future(self) -> torch.futures.Future:
-        def finished(future: torch.futures.Future) -> Any:
-            # Runs on Gloo's thread as its future completes, before its work counts as
-            # completed: the future, not the work, says how it ended.
-            try:
-                future.value()
-            except RuntimeError as e:
-                raise _failure(self.backend, self.what, e) from e
-            self._finish()
-            return self.value
+        future: torch.futures.Future = torch.futures.Future()
 
-        return self.inner_future.then(finished)
+        def done(inner_future: torch.futures.Future) -> None:
+            # Runs on Gloo's thread as its future completes, before its work counts as completed:
+            # the future, not the work, says how it ended (and waiting on the work would deadlock).
+            try:
+                inner_future.value()
+            except RuntimeError as e:
+                future.set_exception(_failure(self.backend, self.what, e))
+                return
+            self._finish()
+            future.set_result(self.value)
+
+        def waited() -> None:
+            try:
+                self.wait()
+            except BaseException as e:
+                future.set_exception(e)
+                return
+            future.set_result(self.value)
+
+        def started(begun: _Start) -> None:  # on the lane, which must not wait for Gloo
+            if begun.error is not None:
+                future.set_exception(begun.error)
+                return
+            try:
+                inner_future = begun.inner.get_future()
+            except RuntimeError:  # a Gloo work without a future (reduce-scatter): a thread waits for it
+                threading.Thread(target=waited, name="neuron-collective-wait", daemon=True).start()
+                return
+            inner_future.add_done_callback(done)
+
+        self.begun.then(started)
+        return future
 
 
 class _RecvWork(dist.Work):
@@ -253,6 +382,11 @@ class _RecvWork(dist.Work):
         return future
 
 
+def _each(call: Callable[..., Any], outputs: Tensors, inputs: Tensors, opts: Any) -> list[Any]:
+    """`call` per (output, input) pair: Gloo has no coalesced form of it."""
+    return [call(out, inp, opts) for out, inp in zip(outputs, inputs)]
+
+
 # --- kernels, in the c10d schema's argument order ------------------------------------------
 
 
@@ -270,8 +404,7 @@ def allreduce_(
     host = stage.outs(tensors, keep=True)
     opts = _options(_c10d.AllreduceOptions, timeout, reduceOp=_reduce_op(reduce_op))
     backend = _backend(process_group)
-    work = backend.allreduce(host, opts)
-    return tensors, _finish(stage, backend, "all_reduce", work, tensors, async_op)
+    return tensors, _run(stage, backend, "all_reduce", tensors, async_op, backend.allreduce, host, opts)
 
 
 def allreduce_coalesced_(
@@ -281,8 +414,7 @@ def allreduce_coalesced_(
     host = stage.outs(tensors, keep=True)
     opts = _options(_c10d.AllreduceCoalescedOptions, timeout, reduceOp=_reduce_op(reduce_op))
     backend = _backend(process_group)
-    work = backend.allreduce_coalesced(host, opts)
-    return _finish(stage, backend, "all_reduce_coalesced", work, tensors, async_op)
+    return _run(stage, backend, "all_reduce_coalesced", tensors, async_op, backend.allreduce_coalesced, host, opts)
 
 
 def broadcast_(
@@ -292,8 +424,7 @@ def broadcast_(
     stage = _Staging()
     host = stage.outs(tensors, keep=backend.rank() == root_rank)
     opts = _options(_c10d.BroadcastOptions, timeout, rootRank=root_rank, rootTensor=root_tensor)
-    work = backend.broadcast(host, opts)
-    return tensors, _finish(stage, backend, "broadcast", work, tensors, async_op)
+    return tensors, _run(stage, backend, "broadcast", tensors, async_op, backend.broadcast, host, opts)
 
 
 def reduce_(
@@ -311,8 +442,7 @@ def reduce_(
         _c10d.ReduceOptions, timeout, reduceOp=_reduce_op(reduce_op), rootRank=root_rank, rootTensor=root_tensor
     )
     backend = _backend(process_group)
-    work = backend.reduce(host, opts)
-    return _finish(stage, backend, "reduce", work, tensors, async_op)
+    return _run(stage, backend, "reduce", tensors, async_op, backend.reduce, host, opts)
 
 
 def allgather_(
@@ -323,8 +453,9 @@ def allgather_(
     host_in = stage.puts(input_tensors)
     opts = _options(_c10d.AllgatherOptions, timeout)
     backend = _backend(process_group)
-    work = backend.allgather(host_out, host_in, opts)
-    return output_tensors, _finish(stage, backend, "all_gather", work, output_tensors, async_op)
+    return output_tensors, _run(
+        stage, backend, "all_gather", output_tensors, async_op, backend.allgather, host_out, host_in, opts
+    )
 
 
 def _allgather_base_(
@@ -338,8 +469,17 @@ def _allgather_base_(
     host_out, host_in = stage.out(output_tensor), stage.put(input_tensor)
     opts = _options(_c10d.AllgatherOptions, timeout)
     backend = _backend(process_group)
-    work = backend._allgather_base(host_out, host_in, opts)
-    return output_tensor, _finish(stage, backend, "all_gather_into_tensor", work, output_tensor, async_op)
+    return output_tensor, _run(
+        stage,
+        backend,
+        "all_gather_into_tensor",
+        output_tensor,
+        async_op,
+        backend._allgather_base,
+        host_out,
+        host_in,
+        opts,
+    )
 
 
 def allgather_coalesced_(
@@ -349,8 +489,9 @@ def allgather_coalesced_(
     host_out = [stage.outs(outs) for outs in output_lists]
     host_in = stage.puts(input_list)
     backend = _backend(process_group)
-    work = backend.allgather_coalesced(host_out, host_in)
-    return _finish(stage, backend, "all_gather_coalesced", work, output_lists, async_op)
+    return _run(
+        stage, backend, "all_gather_coalesced", output_lists, async_op, backend.allgather_coalesced, host_out, host_in
+    )
 
 
 def allgather_into_tensor_coalesced_(
@@ -360,8 +501,8 @@ def allgather_into_tensor_coalesced_(
     host_out, host_in = stage.outs(outputs), stage.puts(inputs)
     backend = _backend(process_group)
     opts = _options(_c10d.AllgatherOptions)
-    for out, inp in zip(host_out, host_in):
-        _wait(backend, "all_gather_into_tensor", backend._allgather_base(out, inp, opts))
+    for work in _submit(_each, backend._allgather_base, host_out, host_in, opts).work():
+        _wait(backend, "all_gather_into_tensor", work)
     stage.back()
     return _done(outputs)
 
@@ -379,8 +520,9 @@ def reduce_scatter_(
     host_in = [stage.puts(ins) for ins in input_tensors]
     opts = _options(_c10d.ReduceScatterOptions, timeout, reduceOp=_reduce_op(reduce_op))
     backend = _backend(process_group)
-    work = backend.reduce_scatter(host_out, host_in, opts)
-    return output_tensors, _finish(stage, backend, "reduce_scatter", work, output_tensors, async_op)
+    return output_tensors, _run(
+        stage, backend, "reduce_scatter", output_tensors, async_op, backend.reduce_scatter, host_out, host_in, opts
+    )
 
 
 def _reduce_scatter_base_(
@@ -395,8 +537,17 @@ def _reduce_scatter_base_(
     host_out, host_in = stage.out(output_tensor), stage.put(input_tensor)
     opts = _options(_c10d.ReduceScatterOptions, timeout, reduceOp=_reduce_op(reduce_op))
     backend = _backend(process_group)
-    work = backend._reduce_scatter_base(host_out, host_in, opts)
-    return output_tensor, _finish(stage, backend, "reduce_scatter_tensor", work, output_tensor, async_op)
+    return output_tensor, _run(
+        stage,
+        backend,
+        "reduce_scatter_tensor",
+        output_tensor,
+        async_op,
+        backend._reduce_scatter_base,
+        host_out,
+        host_in,
+        opts,
+    )
 
 
 def reduce_scatter_tensor_coalesced_(
@@ -411,8 +562,8 @@ def reduce_scatter_tensor_coalesced_(
     host_out, host_in = stage.outs(outputs), stage.puts(inputs)
     opts = _options(_c10d.ReduceScatterOptions, timeout, reduceOp=_reduce_op(reduce_op))
     backend = _backend(process_group)
-    for out, inp in zip(host_out, host_in):
-        _wait(backend, "reduce_scatter_tensor", backend._reduce_scatter_base(out, inp, opts))
+    for work in _submit(_each, backend._reduce_scatter_base, host_out, host_in, opts).work():
+        _wait(backend, "reduce_scatter_tensor", work)
     stage.back()
     return _done(outputs)
 
@@ -424,8 +575,9 @@ def alltoall_(
     host_out, host_in = stage.outs(output_tensors), stage.puts(input_tensors)
     opts = _options(_c10d.AllToAllOptions, timeout)
     backend = _backend(process_group)
-    work = backend.alltoall(host_out, host_in, opts)
-    return output_tensors, _finish(stage, backend, "all_to_all", work, output_tensors, async_op)
+    return output_tensors, _run(
+        stage, backend, "all_to_all", output_tensors, async_op, backend.alltoall, host_out, host_in, opts
+    )
 
 
 def alltoall_base_(
@@ -441,8 +593,19 @@ def alltoall_base_(
     host_out, host_in = stage.out(output), stage.put(input)
     opts = _options(_c10d.AllToAllOptions, timeout)
     backend = _backend(process_group)
-    work = backend.alltoall_base(host_out, host_in, output_split_sizes, input_split_sizes, opts)
-    return _finish(stage, backend, "all_to_all_single", work, [output], async_op)
+    return _run(
+        stage,
+        backend,
+        "all_to_all_single",
+        [output],
+        async_op,
+        backend.alltoall_base,
+        host_out,
+        host_in,
+        output_split_sizes,
+        input_split_sizes,
+        opts,
+    )
 
 
 def gather_(
@@ -458,8 +621,7 @@ def gather_(
     host_in = stage.puts(input_tensors)
     opts = _options(_c10d.GatherOptions, timeout, rootRank=root_rank)
     backend = _backend(process_group)
-    work = backend.gather(host_out, host_in, opts)
-    return _finish(stage, backend, "gather", work, output_tensors, async_op)
+    return _run(stage, backend, "gather", output_tensors, async_op, backend.gather, host_out, host_in, opts)
 
 
 def scatter_(
@@ -475,15 +637,17 @@ def scatter_(
     host_in = [stage.puts(ins) for ins in input_tensors]
     opts = _options(_c10d.ScatterOptions, timeout, rootRank=root_rank)
     backend = _backend(process_group)
-    work = backend.scatter(host_out, host_in, opts)
-    return output_tensors, _finish(stage, backend, "scatter", work, output_tensors, async_op)
+    return output_tensors, _run(
+        stage, backend, "scatter", output_tensors, async_op, backend.scatter, host_out, host_in, opts
+    )
 
 
 def barrier(
     tensor: torch.Tensor, process_group: Script, device_ids: list[int], async_op: bool = True, timeout: int = -1
 ) -> Any:
     opts = _options(_c10d.BarrierOptions, timeout, device_ids=list(device_ids))
-    return _backend(process_group).barrier(opts).boxed()
+    backend = _backend(process_group)
+    return _run(_Staging(), backend, "barrier", [tensor], async_op, backend.barrier, opts)
 
 
 def send(tensors: Tensors, process_group: Script, dst: int, tag: int) -> Any:

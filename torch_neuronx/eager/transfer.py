@@ -1,9 +1,10 @@
 """Device -> host: copies, and on the CPU platform (where a device buffer is host memory) views.
 
-`download` copies. `host_view` and `host_owned` hand a synchronous host-side consumer (a
-collective's transport) the device memory itself: `host_view` to read, `host_owned` to write,
-after an identity executable that donates the buffer has taken it from every earlier reader.
-Elsewhere both return None and the caller copies."""
+`download` copies. On the CPU platform a host-side consumer (a collective's transport) may use
+the device memory itself instead: `host_buffer` to read, `owned_buffer` to write (after an
+identity executable that donates the buffer has taken it from every earlier reader), both
+without waiting for the device, then `host_view` once it must touch the memory. Elsewhere the
+buffer getters return None and the caller copies."""
 
 from __future__ import annotations
 
@@ -51,47 +52,38 @@ def _take() -> Any:
     return jax.jit(lambda buffer: buffer, donate_argnums=0)
 
 
-def _host_buffer(t: torch.Tensor) -> Any:
-    """`t`'s buffer where it is all of `t` and host memory, else None."""
+def host_buffer(t: torch.Tensor) -> Any:
+    """`t`'s device buffer where it is all of `t` and host memory (the CPU platform), for a host-side
+    consumer to read through `host_view`; None where a copy is needed."""
     if platform.platform_name() != "cpu" or not fills_storage(t):
         return None
     checks.raise_failed()
     return allocation(t).buffer
 
 
-def _view(buffer: Any, t: torch.Tensor) -> torch.Tensor:
-    """A CPU tensor of `t`'s shape and dtype on `buffer`'s memory. It holds no reference to the
-    buffer (a DLPack view would, and a buffer with an outside reference is never donated again,
-    so a view a transport keeps a moment too long would cost later in-place ops their donation):
-    the caller keeps `buffer` alive while it uses the view."""
-    nbytes = t.numel() * t.element_size()
-    if nbytes == 0:
-        return torch.empty(t.shape, dtype=t.dtype)
-    memory = (ctypes.c_char * nbytes).from_address(buffer.unsafe_buffer_pointer())
-    return torch.frombuffer(memory, dtype=t.dtype).view(t.shape)
-
-
-def host_view(t: torch.Tensor) -> tuple[torch.Tensor, Any] | None:
-    """(view, buffer): a CPU tensor on `t`'s device memory to read while the caller holds the
-    buffer and no device op writes it; None where a copy is needed."""
-    buffer = _host_buffer(t)
-    if buffer is None:
-        return None
-    buffer.block_until_ready()
-    return _view(buffer, t), buffer
-
-
-def host_owned(t: torch.Tensor) -> tuple[torch.Tensor, Any] | None:
-    """(view, buffer): a CPU tensor on `t`'s device memory that the caller may write while it
-    holds the buffer: the buffer went through an executable that donated it, which ran after
-    every earlier reader, so no queued work sees the writes. None where a copy is needed (not
-    host memory, or the donation did not happen because something else holds the buffer)."""
-    buffer = _host_buffer(t)
+def owned_buffer(t: torch.Tensor) -> Any:
+    """`t`'s device buffer taken from every earlier reader, for a host-side consumer to write through
+    `host_view`: an identity executable donates it, and PJRT runs a donating execution after the
+    buffer's readers, so no work queued before sees the writes. The result becomes `t`'s buffer.
+    None where a copy is needed (not host memory, or something else holds the buffer)."""
+    buffer = host_buffer(t)
     if buffer is None:
         return None
     owned = _take()(buffer)
     if not buffer.is_deleted():
         return None
-    owned.block_until_ready()
     allocation(t).buffer = owned
-    return _view(owned, t), owned
+    return owned
+
+
+def host_view(buffer: Any, t: torch.Tensor) -> torch.Tensor:
+    """A CPU tensor of `t`'s shape and dtype on `buffer`'s memory, once the device has computed it.
+    It holds no reference to the buffer (a DLPack view would, and a buffer with an outside reference
+    is never donated again, so a view a transport keeps a moment too long would cost later in-place
+    ops their donation): the caller keeps `buffer` alive while it uses the view."""
+    buffer.block_until_ready()
+    nbytes = t.numel() * t.element_size()
+    if nbytes == 0:
+        return torch.empty(t.shape, dtype=t.dtype)
+    memory = (ctypes.c_char * nbytes).from_address(buffer.unsafe_buffer_pointer())
+    return torch.frombuffer(memory, dtype=t.dtype).view(t.shape)
