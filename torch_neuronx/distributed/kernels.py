@@ -45,12 +45,13 @@ _ASYNC = os.environ.get("TORCH_NEURONX_ASYNC_COLLECTIVES", "1") != "0"
 
 
 class _Later:
-    """A host view of a device buffer, made on the lane once the device has computed the buffer."""
+    """A host view of a device buffer (of `part` of it, a dense window of the tensor `like` that
+    fills it), made on the lane once the device has computed the buffer."""
 
-    __slots__ = ("buffer", "like")
+    __slots__ = ("buffer", "like", "part")
 
-    def __init__(self, buffer: Any, like: torch.Tensor) -> None:
-        self.buffer, self.like = buffer, like
+    def __init__(self, buffer: Any, like: torch.Tensor, part: torch.Tensor | None = None) -> None:
+        self.buffer, self.like, self.part = buffer, like, part
 
     def view(self) -> torch.Tensor:
         if self.buffer.is_deleted():
@@ -58,7 +59,11 @@ class _Later:
                 "neuron: a tensor of an asynchronous collective was written in place before the collective "
                 "started; call wait() on its work (or the future's wait()) before writing its tensors"
             )
-        return host_view(self.buffer, self.like)
+        whole = host_view(self.buffer, self.like)
+        if self.part is None:
+            return whole
+        start = self.part.storage_offset()
+        return whole.view(-1)[start : start + self.part.numel()].view(self.part.shape)
 
 
 class _Staging:
@@ -74,15 +79,22 @@ class _Staging:
     def __init__(self) -> None:
         self.pairs: list[tuple[torch.Tensor, torch.Tensor]] = []
         self.held: list[Any] = []  # device buffers under host views, alive until the transport is done
+        self.outputs: dict[int, tuple[Any, torch.Tensor]] = {}  # storage -> (its owned buffer, output)
 
     def _later(self, buffer: Any, t: torch.Tensor) -> _Later:
         self.held.append(buffer)
         return _Later(buffer, t)
 
     def put(self, t: torch.Tensor, view: bool = True) -> Any:
-        """An input (`view=False`: always a copy, for a transport that reads after returning)."""
+        """An input (`view=False`: always a copy, for a transport that reads after returning). An
+        input that is a dense window of an output staged before it (FSDP2's in-place all-gather)
+        is read from the output's memory."""
         if t.device.type != "neuron":
             return t
+        if view and t.untyped_storage().data_ptr() in self.outputs:
+            buffer, output = self.outputs[t.untyped_storage().data_ptr()]
+            if t.dtype == output.dtype and t.is_contiguous() and not (t.is_conj() or t.is_neg()):
+                return _Later(buffer, output, t)
         buffer = host_buffer(t) if view else None
         return self._later(buffer, t) if buffer is not None else download(t)
 
@@ -92,6 +104,7 @@ class _Staging:
             return t
         buffer = owned_buffer(t)
         if buffer is not None:
+            self.outputs[t.untyped_storage().data_ptr()] = buffer, t
             return self._later(buffer, t)
         host = download(t) if keep else torch.empty(t.shape, dtype=t.dtype)
         self.pairs.append((t, host))
@@ -118,6 +131,7 @@ class _Staging:
                 device_tensor.copy_(host)
         self.pairs.clear()
         self.held.clear()
+        self.outputs.clear()
 
 
 class _Start:
