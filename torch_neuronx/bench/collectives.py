@@ -223,18 +223,24 @@ def format_table(result: dict[str, Any]) -> str:
             f"{n['peak_rss_growth_mb']:>12.0f} {c['ms']:>13.1f} {c['busbw_gbs']:>11.3f} "
             f"{n['busbw_gbs'] / c['busbw_gbs']:>6.2f}"
         )
-    lines += ["", "FSDP2 step (fwd+bwd+update)", "procs  params     neuron ms  gloo-cpu ms"]
+    lines += ["", "FSDP2 step (fwd+bwd+update)", "procs  params     neuron ms  gloo-cpu ms  ratio"]
     for row in result["fsdp2"]:
-        lines.append(f"{row['world']:>5}  {row['params']:>9,} {row['step_ms']:>10.1f} {row['gloo_cpu_step_ms']:>12.1f}")
+        lines.append(
+            f"{row['world']:>5}  {row['params']:>9,} {row['step_ms']:>10.1f} {row['gloo_cpu_step_ms']:>12.1f}"
+            f" {row['step_ms'] / row['gloo_cpu_step_ms']:>6.2f}"
+        )
     lines += [
         "",
-        "DDP step (fwd+bwd+update)",
-        "procs  params     neuron ms  all-sync ms  no all-reduce ms  gloo-cpu ms",
+        "DDP step (fwd+bwd+update); overlap: the step's saving against all-sync, and the share of the",
+        "all-sync step's communication (all-sync minus no all-reduce) that the overlap hides",
+        "procs  params     neuron ms  all-sync ms  no all-reduce ms  gloo-cpu ms  saving  comm hidden",
     ]
     for row in result["ddp"]:
+        run, sync, compute = row["neuron_ms"], row["neuron_sync_ms"], row["neuron_compute_ms"]
+        hidden = (sync - run) / (sync - compute) if sync > compute else float("nan")
         lines.append(
-            f"{row['world']:>5}  {row['params']:>9,} {row['neuron_ms']:>10.1f} {row['neuron_sync_ms']:>12.1f}"
-            f" {row['neuron_compute_ms']:>17.1f} {row['gloo_cpu_ms']:>12.1f}"
+            f"{row['world']:>5}  {row['params']:>9,} {run:>10.1f} {sync:>12.1f} {compute:>17.1f}"
+            f" {row['gloo_cpu_ms']:>12.1f} {1 - run / sync:>7.0%} {hidden:>12.0%}"
         )
     return "\n".join(lines)
 
