@@ -134,12 +134,20 @@ def _is_token_id(key: str) -> bool:
     return key.endswith(("_token_id", "_token_index", "_token_ids"))
 
 
+_NOT_PER_LAYER = re.compile(r"act|_proj$")  # activation names (T5's "gelu_new" is as long as mT5 is deep)
+
+
 def _per_layer(d: dict[str, Any], count: int) -> dict[str, Any]:
     """The per-layer lists and strings of a config level (one entry per layer)."""
     return {
         k: v
         for k, v in d.items()
-        if isinstance(v, (list, str)) and len(v) == count and count > 1 and not _is_token_id(k) and k != "model_type"
+        if isinstance(v, (list, str))
+        and len(v) == count
+        and count > 1
+        and not _is_token_id(k)
+        and k != "model_type"
+        and not (isinstance(v, str) and _NOT_PER_LAYER.search(k))
     }
 
 
@@ -272,14 +280,16 @@ def _fit_mamba(d: dict[str, Any]) -> None:
 # TRAIN_OVERRIDES only for training (`train=True`), after OVERRIDES.
 OVERRIDES: dict[str, Callable[[dict[str, Any]], None]] = {}
 TRAIN_OVERRIDES: dict[str, Callable[[dict[str, Any]], None]] = {}
+# Settings for the other families' sweep (`media=True`, tools/hf_families.py), after OVERRIDES.
+MEDIA_OVERRIDES: dict[str, Callable[[dict[str, Any]], None]] = {}
 
 
 def override(
-    *model_types: str, train: bool = False
+    *model_types: str, train: bool = False, media: bool = False
 ) -> Callable[[Callable[[dict[str, Any]], None]], Callable[[dict[str, Any]], None]]:
     def register(fn: Callable[[dict[str, Any]], None]) -> Callable[[dict[str, Any]], None]:
         for model_type in model_types:
-            (TRAIN_OVERRIDES if train else OVERRIDES)[model_type] = fn
+            (MEDIA_OVERRIDES if media else TRAIN_OVERRIDES if train else OVERRIDES)[model_type] = fn
         return fn
 
     return register
@@ -299,18 +309,72 @@ def _no_randomness(d: dict[str, Any]) -> None:
             d[key] = 0.0
 
 
-def tiny_config_dict(model_type: str, train: bool = False) -> dict[str, Any]:
+IMAGE = 64  # image side of the media recipe
+MEDIA_CHANNELS = 64  # channel widths of convolutional stages and feature encoders
+STAGE_DEPTH = 2  # blocks per stage of a staged vision backbone (two keep Swin's shifted-window block)
+
+
+def _pow2_at_most(value: int, cap: int = HEADS) -> int:
+    return 1 << (max(1, min(value, cap)).bit_length() - 1)
+
+
+def _shrink_media(d: dict[str, Any]) -> None:
+    """The media part of the recipe (`tiny_config_dict(..., media=True)`, used by `hf_families.py`):
+    images to `IMAGE` pixels (a multiple of the patch), stage widths and convolutional feature
+    widths to `MEDIA_CHANNELS`, stage depths to `STAGE_DEPTH`, head counts to powers of two that
+    divide the width. Recurses into sub-configs. The causal-LM sweeps do not use it, so their
+    recorded results keep their recipe."""
+    for value in d.values():
+        if isinstance(value, dict) and ("model_type" in value or any(str(k).endswith("_size") for k in value)):
+            _shrink_media(value)
+    patch = d.get("patch_size")
+    patch = patch[0] if isinstance(patch, list) and patch else patch
+    for key in ("image_size", "crop_size"):
+        value = d.get(key)
+        if isinstance(patch, int) and patch > 0:
+            side = max(patch, IMAGE // patch * patch)
+        else:
+            side = IMAGE
+        if isinstance(value, int) and value > side:
+            d[key] = side
+        elif isinstance(value, list) and value and all(isinstance(v, int) for v in value):
+            d[key] = [min(v, side) for v in value]
+    for key in ("hidden_sizes", "conv_dim", "embed_dims", "neck_hidden_sizes", "out_channels_list"):
+        value = d.get(key)
+        if isinstance(value, list) and value and all(isinstance(v, int) for v in value):
+            d[key] = [min(v, MEDIA_CHANNELS) for v in value]
+    for key in ("depths", "stage_depths", "num_encoder_blocks"):
+        value = d.get(key)
+        if isinstance(value, list) and value and all(isinstance(v, int) for v in value):
+            d[key] = [min(v, STAGE_DEPTH) for v in value]
+    if isinstance(d.get("num_conv_pos_embeddings"), int):
+        d["num_conv_pos_embeddings"] = min(d["num_conv_pos_embeddings"], 16)
+    width = next((d[k] for k in ("hidden_size", "embed_dim", "d_model") if isinstance(d.get(k), int)), None)
+    for key in ("num_attention_heads", "num_heads", "encoder_attention_heads", "decoder_attention_heads"):
+        value = d.get(key)
+        if isinstance(value, list) and value and all(isinstance(v, int) for v in value):
+            d[key] = [_pow2_at_most(v) for v in value]
+        elif isinstance(value, int) and isinstance(width, int) and value and width % value:
+            d[key] = _pow2_at_most(value)
+
+
+def tiny_config_dict(model_type: str, train: bool = False, media: bool = False) -> dict[str, Any]:
     """The shrunk `to_dict()` of `model_type`'s default config; `train` zeroes its random settings
     (dropout, layer drop, router jitter) so that training mode draws no random numbers, and applies
-    `TRAIN_OVERRIDES`."""
+    `TRAIN_OVERRIDES`; `media` also shrinks images, stages and audio feature encoders
+    (`_shrink_media`) and applies `MEDIA_OVERRIDES`."""
     from transformers import CONFIG_MAPPING
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         config = CONFIG_MAPPING[model_type]()
     d = _shrink(config.to_dict())
+    if media:
+        _shrink_media(d)
     if model_type in OVERRIDES:
         OVERRIDES[model_type](d)
+    if media and model_type in MEDIA_OVERRIDES:
+        MEDIA_OVERRIDES[model_type](d)
     if train:
         _no_randomness(d)
         if model_type in TRAIN_OVERRIDES:
@@ -514,3 +578,33 @@ def tiny_tokenizer(vocab_size: int = VOCAB) -> Any:
     return PreTrainedTokenizerFast(
         tokenizer_object=backend, pad_token="<pad>", bos_token="<s>", eos_token="</s>", unk_token="<unk>"
     )
+
+
+@override("esm", media=True)
+def _esm(d: dict[str, Any]) -> None:
+    d.update(vocab_size=33, pad_token_id=1, mask_token_id=32)  # the config leaves its vocabulary unset
+
+
+@override("reformer", media=True)
+def _reformer_encoder(d: dict[str, Any]) -> None:
+    d["is_decoder"] = False  # the masked LM is bidirectional (OVERRIDES makes the causal LM a decoder)
+
+
+@override("layoutlmv3", media=True)
+def _layoutlmv3(d: dict[str, Any]) -> None:
+    d.update(coordinate_size=12, shape_size=8)  # 4 coordinates and 2 sizes concatenate to the hidden size
+
+
+@override("lilt", media=True)
+def _lilt(d: dict[str, Any]) -> None:
+    d["hidden_size"] = 48  # six box embeddings of hidden_size // 6 concatenate to the hidden size
+
+
+@override("t5", "mt5", "umt5", media=True)
+def _t5(d: dict[str, Any]) -> None:
+    d["decoder_start_token_id"] = d.get("pad_token_id", 0)  # the heads shift labels right with it
+
+
+@override("perceiver", media=True)
+def _perceiver(d: dict[str, Any]) -> None:
+    d["max_position_embeddings"] = 8  # the masked-LM decoder answers every position: the labels' length
