@@ -378,6 +378,7 @@ def report(results: list[dict[str, Any]] | None = None, path: str | os.PathLike 
         w(f"{100 * f['pass_rate']:.1f}% | {f['train_pass']} / {f['trained']} |\n")
     w("\n")
     w(_causal_section(results))
+    w("\n" + hf_families.method())
     for family, records in families.items():
         if records:
             partial = len(records) < len(hf_families.model_types(family))

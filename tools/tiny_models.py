@@ -329,17 +329,18 @@ def _shrink_media(d: dict[str, Any]) -> None:
             _shrink_media(value)
     patch = d.get("patch_size")
     patch = patch[0] if isinstance(patch, list) and patch else patch
+    side = max(patch, IMAGE // patch * patch) if isinstance(patch, int) and patch > 0 else IMAGE
+    window, depths = d.get("window_size"), d.get("depths")
+    if isinstance(window, int) and isinstance(patch, int) and isinstance(depths, list) and depths:
+        side = max(side, window * patch * 2 ** (len(depths) - 1))  # Swin's last stage must cover its window
     for key in ("image_size", "crop_size"):
         value = d.get(key)
-        if isinstance(patch, int) and patch > 0:
-            side = max(patch, IMAGE // patch * patch)
-        else:
-            side = IMAGE
         if isinstance(value, int) and value > side:
             d[key] = side
         elif isinstance(value, list) and value and all(isinstance(v, int) for v in value):
             d[key] = [min(v, side) for v in value]
-    for key in ("hidden_sizes", "conv_dim", "embed_dims", "neck_hidden_sizes", "out_channels_list"):
+    channels = ("hidden_sizes", "conv_dim", "embed_dims", "neck_hidden_sizes", "out_channels_list")
+    for key in (*channels, "stage_in_channels", "stage_mid_channels", "stage_out_channels"):
         value = d.get(key)
         if isinstance(value, list) and value and all(isinstance(v, int) for v in value):
             d[key] = [min(v, MEDIA_CHANNELS) for v in value]
@@ -347,6 +348,13 @@ def _shrink_media(d: dict[str, Any]) -> None:
         value = d.get(key)
         if isinstance(value, list) and value and all(isinstance(v, int) for v in value):
             d[key] = [min(v, STAGE_DEPTH) for v in value]
+    for key in ("audio_hidden_size", "vision_hidden_size", "encoder_hidden_size"):  # another part's width
+        if isinstance(d.get(key), int):
+            d[key] = min(d[key], HIDDEN)
+    if isinstance(d.get("num_groups"), int):  # group norms over the narrowed channels
+        d["num_groups"] = min(d["num_groups"], 4)
+    if d.get("out_features") or d.get("out_indices"):  # a backbone's outputs name stages the cut removed
+        d["out_features"] = d["out_indices"] = None
     if isinstance(d.get("num_conv_pos_embeddings"), int):
         d["num_conv_pos_embeddings"] = min(d["num_conv_pos_embeddings"], 16)
     width = next((d[k] for k in ("hidden_size", "embed_dim", "d_model") if isinstance(d.get(k), int)), None)
@@ -600,7 +608,7 @@ def _lilt(d: dict[str, Any]) -> None:
     d["hidden_size"] = 48  # six box embeddings of hidden_size // 6 concatenate to the hidden size
 
 
-@override("t5", "mt5", "umt5", media=True)
+@override("t5", "mt5", "umt5", "longt5", "switch_transformers", media=True)
 def _t5(d: dict[str, Any]) -> None:
     d["decoder_start_token_id"] = d.get("pad_token_id", 0)  # the heads shift labels right with it
 
@@ -608,3 +616,28 @@ def _t5(d: dict[str, Any]) -> None:
 @override("perceiver", media=True)
 def _perceiver(d: dict[str, Any]) -> None:
     d["max_position_embeddings"] = 8  # the masked-LM decoder answers every position: the labels' length
+
+
+@override("efficientnet", media=True)
+def _efficientnet(d: dict[str, Any]) -> None:
+    # width and depth multipliers of 1 (B0's), so blocks stay few; the classifier's input is the top
+    # convolution's width, round_filters(1280)
+    d.update(width_coefficient=1.0, depth_coefficient=1.0, hidden_dim=1280)
+    # narrower stages (each one's output is the next one's input) and one block each: seven blocks
+    d.update(in_channels=[32, 16, 24, 40, 48, 56, 64], out_channels=[16, 24, 40, 48, 56, 64, 64])
+    d["num_block_repeats"] = [1] * 7
+
+
+@override("hiera", media=True)
+def _hiera(d: dict[str, Any]) -> None:
+    d["image_size"] = [IMAGE, IMAGE]  # a multiple of the patch stride (4), not of the 7-pixel patch
+
+
+@override("encoder-decoder", "speech-encoder-decoder", media=True)
+def _encoder_decoder(d: dict[str, Any]) -> None:
+    d.update(decoder_start_token_id=1, pad_token_id=0)  # the composite config has neither; labels shift with them
+
+
+@override("gemma3", "shieldgemma2", media=True)
+def _gemma3_vision(d: dict[str, Any]) -> None:
+    d["mm_tokens_per_image"] = 4  # pooled to a 2 x 2 grid: the pooling kernel is the patch grid over that
