@@ -200,41 +200,74 @@ def _signature(model: Any) -> set[str]:
 
 
 def _audio(model: Any, seed: int = 2) -> dict[str, Any]:
-    """Raw waveform (`input_values`) or log-mel features (`input_features`), whichever the model takes;
-    the feature layout (channels first or time first) is found by a CPU forward."""
+    """Raw waveform (`input_values`) or log-mel features (`input_features`), whichever the model takes."""
     import torch
 
     generator = torch.Generator().manual_seed(seed)
     if "input_values" in _signature(model):
         return {"input_values": torch.randn(BATCH, SAMPLES, generator=generator)}
+    return {"input_features": torch.randn(BATCH, *_feature_shapes(model)[0], generator=generator)}
+
+
+def _feature_shapes(model: Any) -> list[tuple[int, int]]:
+    """Candidate (dim 1, dim 2) shapes of log-mel features: mel bins (or stacked pairs of frames, as
+    SeamlessM4T's extractor gives) channels first (Whisper) or time first (Speech2Text)."""
     config = model.config
     audio = getattr(config, "audio_config", None) or getattr(config, "encoder_config", None) or config
-    bins = next(
-        (getattr(audio, k) for k in ("num_mel_bins", "feature_size", "input_feat_per_channel", "n_mels")
-         if isinstance(getattr(audio, k, None), int)),
-        80,
-    )  # fmt: skip
+    keys = ("num_mel_bins", "feature_size", "input_feat_per_channel", "n_mels", "input_dim")
+    bins = next((getattr(audio, k) for k in keys if isinstance(getattr(audio, k, None), int)), 80)
     positions = getattr(audio, "max_source_positions", None)
     frames = 2 * positions if isinstance(positions, int) and positions <= 1500 else 64
-    return {"input_features": torch.randn(BATCH, bins, frames, generator=generator)}
+    shapes = [(bins, frames), (frames, bins), (frames, 2 * bins)]
+    return shapes + [(frames, k) for k in (80, 128, 160) if (frames, k) not in shapes]
 
 
 def _feature_layout(model: Any, batch: dict[str, Any]) -> dict[str, Any]:
-    """Log-mel features channels first (Whisper) or time first (Speech2Text): whichever a CPU forward takes."""
+    """The first feature shape a CPU forward takes (else the first)."""
     import torch
 
-    other = dict(batch, input_features=batch["input_features"].transpose(1, 2).contiguous())
-    try:
-        with torch.no_grad():
-            model(**batch)
-        return batch
-    except Exception:
+    generator = torch.Generator().manual_seed(2)
+    for shape in _feature_shapes(model):
+        candidate = dict(batch, input_features=torch.randn(BATCH, *shape, generator=generator))
+        if "input_ids" in batch:
+            candidate = _media_prompt(model, candidate, "audio")
         try:
             with torch.no_grad():
-                model(**other)
-            return other
+                model(**candidate)
+            return candidate
         except Exception:
-            return batch
+            continue
+    return batch
+
+
+def _media_prompt(model: Any, batch: dict[str, Any], kind: str) -> dict[str, Any]:
+    """`batch` (pixel values or audio features) with a prompt: as many image or audio tokens as the
+    model's features of it (found on CPU), then text."""
+    import torch
+
+    config = model.config
+    token = getattr(config, f"{kind}_token_id", None) or getattr(config, f"{kind}_token_index", None)
+    batch = dict(batch)
+    count = 0
+    if token is not None:
+        name = "get_image_features" if kind == "image" else "get_audio_features"
+        getter = getattr(model, name, None) or getattr(model.model, name)
+        media = {k: v for k, v in batch.items() if k in ("pixel_values", "input_features", "input_values")}
+        with torch.no_grad():
+            features = getter(**media)
+        for name in ("pooler_output", "last_hidden_state"):
+            if getattr(features, name, None) is not None:
+                features = getattr(features, name)
+                break
+        pieces = list(features) if isinstance(features, (tuple, list)) else [features]
+        count = sum(f.reshape(-1, f.shape[-1]).shape[0] for f in pieces) // BATCH  # features per item
+    text = _ids(_text_vocab(config))
+    if token is not None:
+        text = torch.where(text == token, torch.full_like(text, 3), text)
+        text = torch.cat([torch.full((BATCH, count), token, dtype=text.dtype), text], dim=1)
+    batch["input_ids"] = text
+    batch["attention_mask"] = torch.ones_like(text)
+    return batch
 
 
 def inputs(family: str, head: str, model: Any) -> dict[str, Any]:
@@ -257,10 +290,14 @@ def inputs(family: str, head: str, model: Any) -> dict[str, Any]:
         return {"input_ids": _ids(_text_vocab(config))}
     if family == "speech":
         batch = _audio(model)
+        if "input_ids" in names and "input_features" in batch:  # an audio LM: a prompt with audio tokens
+            batch["input_ids"] = None
         if head == "speech-seq2seq" and "decoder_input_ids" in names:
             batch["decoder_input_ids"] = _ids(_text_vocab(config), 4, seed=3)
         if "input_features" in batch:
             batch = _feature_layout(model, batch)
+        if batch.get("input_ids", 0) is None:
+            batch = _media_prompt(model, {k: v for k, v in batch.items() if v is not None}, "audio")
         return batch
     if head == "zero-shot-image-classification":
         ids = _ids(_text_vocab(config))
@@ -286,28 +323,8 @@ def inputs(family: str, head: str, model: Any) -> dict[str, Any]:
 
 
 def _vlm_inputs(model: Any) -> dict[str, Any]:
-    """Text with an image: as many image tokens as the model's image features (found on CPU), then text."""
-    import torch
-
-    config = model.config
-    token = getattr(config, "image_token_id", None) or getattr(config, "image_token_index", None)
-    pixels = _pixels(model)
-    batch: dict[str, Any] = {"pixel_values": pixels}
-    count = 0
-    if token is not None:
-        with torch.no_grad():
-            getter = getattr(model, "get_image_features", None) or model.model.get_image_features
-            features = getter(pixel_values=pixels)
-        features = getattr(features, "pooler_output", features)
-        pieces = list(features) if isinstance(features, (tuple, list)) else [features]
-        count = sum(f.reshape(-1, f.shape[-1]).shape[0] for f in pieces) // BATCH  # features per image
-    text = _ids(_text_vocab(config))
-    if token is not None:
-        text = torch.where(text == token, torch.full_like(text, 3), text)
-        text = torch.cat([torch.full((BATCH, count), token, dtype=text.dtype), text], dim=1)
-    batch["input_ids"] = text
-    batch["attention_mask"] = torch.ones_like(text)
-    return batch
+    """Text with an image: as many image tokens as the model's image features, then text."""
+    return _media_prompt(model, {"pixel_values": _pixels(model)}, "image")
 
 
 def labels(family: str, head: str, model: Any, batch: dict[str, Any]) -> dict[str, Any]:
@@ -333,6 +350,11 @@ def labels(family: str, head: str, model: Any, batch: dict[str, Any]) -> dict[st
         vocab = int(getattr(config, "vocab_size", 32) or 32)
         generator = torch.Generator().manual_seed(4)
         out["labels"] = torch.randint(1, max(2, vocab), (BATCH, 3), generator=generator)
+        if "attention_mask" in _signature(model) and "attention_mask" not in out:
+            # Parakeet's and LASR's CTC loss takes the input lengths from the mask: all frames valid
+            main = out.get("input_values", out.get("input_features"))
+            length = main.shape[1] if "input_values" in out or main.shape[2] in (80, 128, 160) else main.shape[2]
+            out["attention_mask"] = torch.ones(BATCH, length, dtype=torch.long)
     elif head == "image-text-to-text":
         out["labels"] = batch["input_ids"]
     return out

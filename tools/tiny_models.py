@@ -348,7 +348,9 @@ def _shrink_media(d: dict[str, Any]) -> None:
         value = d.get(key)
         if isinstance(value, list) and value and all(isinstance(v, int) for v in value):
             d[key] = [min(v, STAGE_DEPTH) for v in value]
-    for key in ("audio_hidden_size", "vision_hidden_size", "encoder_hidden_size"):  # another part's width
+    if isinstance(d.get("max_source_positions"), int):  # audio encoder frames: 2 x 64 log-mel frames (Whisper's input)
+        d["max_source_positions"] = min(d["max_source_positions"], 64)
+    for key in ("audio_hidden_size", "vision_hidden_size", "encoder_hidden_size", "projection_size"):  # widths
         if isinstance(d.get(key), int):
             d[key] = min(d[key], HIDDEN)
     if isinstance(d.get("num_groups"), int):  # group norms over the narrowed channels
@@ -641,3 +643,8 @@ def _encoder_decoder(d: dict[str, Any]) -> None:
 @override("gemma3", "shieldgemma2", media=True)
 def _gemma3_vision(d: dict[str, Any]) -> None:
     d["mm_tokens_per_image"] = 4  # pooled to a 2 x 2 grid: the pooling kernel is the patch grid over that
+
+
+@override("wav2vec2-bert", "wav2vec2-conformer", media=True)
+def _ctc_vocabulary(d: dict[str, Any]) -> None:
+    d["vocab_size"] = 32  # the config leaves the CTC head's vocabulary unset
