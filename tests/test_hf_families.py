@@ -19,13 +19,14 @@ SLICE = [(family, model_type) for family, models in hf_families.FAST.items() for
 
 @pytest.fixture(scope="module")
 def records(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str], dict]:
+    out = tmp_path_factory.mktemp("families") / "records.json"  # records_<family>.json beside it
+    cmd = [sys.executable, "-m", "tools.hf_sweep", "--family", "all", "--fast", "--json", str(out), "--no-report"]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=900, cwd=Path(__file__).parents[1])
+    assert done.returncode == 0, done.stderr[-3000:]
     found: dict[tuple[str, str], dict] = {}
     for family in hf_families.FAMILIES:
-        out = tmp_path_factory.mktemp(family) / "records.json"
-        cmd = [sys.executable, "-m", "tools.hf_sweep", "--family", family, "--fast", "--json", str(out), "--no-report"]
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=Path(__file__).parents[1])
-        assert done.returncode == 0, done.stderr[-3000:]
-        found.update({(family, r["model_type"]): r for r in json.loads(out.read_text())})
+        records = json.loads(out.with_name(f"records_{family}.json").read_text())
+        found.update({(family, r["model_type"]): r for r in records})
     return found
 
 

@@ -251,10 +251,9 @@ def _media_prompt(model: Any, batch: dict[str, Any], kind: str) -> dict[str, Any
     count = 0
     if token is not None:
         name = "get_image_features" if kind == "image" else "get_audio_features"
-        getter = getattr(model, name, None) or getattr(model.model, name)
-        media = {k: v for k, v in batch.items() if k in ("pixel_values", "input_features", "input_values")}
-        with torch.no_grad():
-            features = getter(**media)
+        getter = getattr(model, name, None) or getattr(getattr(model, "model", None), name)
+        keys = ("pixel_values", "input_features", "input_values", "image_grid_thw")
+        batch, features = _first_that_runs(getter, [dict(batch, **c) for c in _media_variants(getter, batch)], keys)
         for name in ("pooler_output", "last_hidden_state"):
             if getattr(features, name, None) is not None:
                 features = getattr(features, name)
@@ -267,6 +266,11 @@ def _media_prompt(model: Any, batch: dict[str, Any], kind: str) -> dict[str, Any
         text = torch.cat([torch.full((BATCH, count), token, dtype=text.dtype), text], dim=1)
     batch["input_ids"] = text
     batch["attention_mask"] = torch.ones_like(text)
+    if token is not None and "mm_token_type_ids" in _signature(model):  # Qwen-VL: which tokens are image
+        batch["mm_token_type_ids"] = (text == token).long()
+    if "decoder_input_ids" in _signature(model):  # vision-encoder-decoder: the text is the decoder's
+        batch["decoder_input_ids"] = batch.pop("input_ids")
+        batch.pop("attention_mask")
     return batch
 
 
@@ -322,9 +326,57 @@ def inputs(family: str, head: str, model: Any) -> dict[str, Any]:
     return batch
 
 
+def _media_variants(getter: Any, batch: dict[str, Any]) -> list[dict[str, Any]]:
+    """Layouts to try for images: as given, one image per sample in a 5-D stack (Idefics, LLaVA-NeXT's
+    crops), each with its (height, width) where the model asks for `image_sizes`."""
+    import torch
+
+    pixels = batch.get("pixel_values")
+    if pixels is None or pixels.dim() != 4:
+        return [{}]
+    variants: list[dict[str, Any]] = [{}, {"pixel_values": pixels.unsqueeze(1)}]
+    if "image_sizes" in inspect.signature(getter).parameters:
+        sizes = torch.tensor([list(pixels.shape[-2:])] * pixels.shape[0])
+        variants = [dict(v, image_sizes=sizes) for v in variants]
+    return variants
+
+
+def _first_that_runs(getter: Any, candidates: list[dict[str, Any]], keys: tuple[str, ...]) -> tuple[dict, Any]:
+    """The first candidate batch whose media `getter` takes (its features), else the first one's error."""
+    import torch
+
+    error: Exception | None = None
+    for batch in candidates:
+        media = {k: v for k, v in batch.items() if k in (*keys, "image_sizes")}
+        try:
+            with torch.no_grad():
+                return batch, getter(**media)
+        except Exception as e:
+            error = error or e
+    assert error is not None
+    raise error
+
+
 def _vlm_inputs(model: Any) -> dict[str, Any]:
-    """Text with an image: as many image tokens as the model's image features, then text."""
-    return _media_prompt(model, {"pixel_values": _pixels(model)}, "image")
+    """Text with an image: as many image tokens as the model's image features, then text. Qwen-VL-style
+    models take each image as flattened patches with its (frames, rows, columns) grid."""
+    import torch
+
+    getter = getattr(model, "get_image_features", None) or getattr(
+        getattr(model, "model", None), "get_image_features", None
+    )
+    if getter is None or "image_grid_thw" not in inspect.signature(getter).parameters:
+        return _media_prompt(model, {"pixel_values": _pixels(model)}, "image")
+    vision = getattr(model.config, "vision_config", None) or model.config
+    patch = getattr(vision, "patch_size", 14)
+    temporal = getattr(vision, "temporal_patch_size", 2) or 1
+    channels = getattr(vision, "in_channels", None) or getattr(vision, "num_channels", 3)
+    merge = getattr(vision, "spatial_merge_size", 2) or 1
+    side = 2 * merge
+    generator = torch.Generator().manual_seed(1)
+    pixels = torch.randn(BATCH * side * side, channels * temporal * patch * patch, generator=generator)
+    grid = torch.tensor([[1, side, side]] * BATCH)
+    return _media_prompt(model, {"pixel_values": pixels, "image_grid_thw": grid}, "image")
 
 
 def labels(family: str, head: str, model: Any, batch: dict[str, Any]) -> dict[str, Any]:
@@ -356,7 +408,7 @@ def labels(family: str, head: str, model: Any, batch: dict[str, Any]) -> dict[st
             length = main.shape[1] if "input_values" in out or main.shape[2] in (80, 128, 160) else main.shape[2]
             out["attention_mask"] = torch.ones(BATCH, length, dtype=torch.long)
     elif head == "image-text-to-text":
-        out["labels"] = batch["input_ids"]
+        out["labels"] = batch["input_ids"] if "input_ids" in batch else batch["decoder_input_ids"]
     return out
 
 

@@ -503,27 +503,35 @@ def _family_main(args: argparse.Namespace) -> int:
     unknown = set(families) - set(hf_families.FAMILIES)
     if unknown:
         raise SystemExit(f"unknown family {sorted(unknown)}; choose from {', '.join(hf_families.FAMILIES)} or all")
+    paths, merged, order = {}, {}, {}
+    requests = []
     for family in families:
-        path = Path(args.json) if args.json and len(families) == 1 else hf_families.records_path(family)
-        everything = hf_families.model_types(family)
-        chosen = args.only.split(",") if args.only else hf_families.FAST[family] if args.fast else everything
-        chosen = [m for m in chosen if m in everything]
-        merged = {r["model_type"]: r for r in json.loads(path.read_text())} if path.exists() else {}
+        if args.json:  # one family: that file; several: <stem>_<family>.json beside it
+            given = Path(args.json)
+            paths[family] = given if len(families) == 1 else given.with_name(f"{given.stem}_{family}{given.suffix}")
+        else:
+            paths[family] = hf_families.records_path(family)
+        order[family] = hf_families.model_types(family)
+        chosen = args.only.split(",") if args.only else hf_families.FAST[family] if args.fast else order[family]
+        chosen = [m for m in chosen if m in order[family]]
+        path = paths[family]
+        merged[family] = {r["model_type"]: r for r in json.loads(path.read_text())} if path.exists() else {}
         if args.resume:
-            chosen = [m for m in chosen if m not in merged]
+            chosen = [m for m in chosen if m not in merged[family]]
+        requests += [f"{family} {m}" for m in chosen]
 
-        def save(
-            record: dict[str, Any],
-            merged: dict[str, dict[str, Any]] = merged,
-            path: Path = path,
-            order: list[str] = everything,
-        ) -> None:
-            merged[record["model_type"]] = record
-            path.write_text(json.dumps([merged[m] for m in order if m in merged], indent=1, default=str))
+    def records(family: str) -> list[dict[str, Any]]:
+        return [merged[family][m] for m in order[family] if m in merged[family]]
 
-        requests = [f"{family} {m}" for m in chosen]
-        sweep(requests, timeout=args.timeout, renew=args.renew, log_path=args.log, on_record=save, family=True)
-        s = hf_families.summary([merged[m] for m in everything if m in merged])
+    def save(record: dict[str, Any]) -> None:
+        family = record["family"]
+        merged[family][record["model_type"]] = record
+        paths[family].write_text(json.dumps(records(family), indent=1, default=str))
+
+    # one worker for all families (renewed every --renew models), so a CI slice starts Python once
+    sweep(requests, timeout=args.timeout, renew=args.renew, log_path=args.log, on_record=save, family=True)
+    for family in families:
+        s = hf_families.summary(records(family))
         print(
             f"{family}: {s['pass_on_neuron']}/{s['run_on_cpu']} architectures that run on CPU pass on neuron "
             f"({100 * s['pass_rate']:.1f}%), training step {s['train_pass']}/{s['trained']}; "

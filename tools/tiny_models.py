@@ -330,6 +330,9 @@ def _shrink_media(d: dict[str, Any]) -> None:
     patch = d.get("patch_size")
     patch = patch[0] if isinstance(patch, list) and patch else patch
     side = max(patch, IMAGE // patch * patch) if isinstance(patch, int) and patch > 0 else IMAGE
+    merge = d.get("spatial_merge_size")
+    if isinstance(merge, int) and isinstance(patch, int) and isinstance(d.get("window_size"), int):
+        d["window_size"] = 2 * merge * patch  # Qwen2.5-VL's window attention: whole merged patches
     window, depths = d.get("window_size"), d.get("depths")
     if isinstance(window, int) and isinstance(patch, int) and isinstance(depths, list) and depths:
         side = max(side, window * patch * 2 ** (len(depths) - 1))  # Swin's last stage must cover its window
@@ -640,11 +643,18 @@ def _encoder_decoder(d: dict[str, Any]) -> None:
     d.update(decoder_start_token_id=1, pad_token_id=0)  # the composite config has neither; labels shift with them
 
 
-@override("gemma3", "shieldgemma2", media=True)
+@override("gemma3", "shieldgemma2", "t5gemma2", media=True)
 def _gemma3_vision(d: dict[str, Any]) -> None:
-    d["mm_tokens_per_image"] = 4  # pooled to a 2 x 2 grid: the pooling kernel is the patch grid over that
+    # pooled to a 2 x 2 grid: the pooling kernel is the patch grid over that (T5Gemma 2: in its encoder)
+    for level in (d, *(v for v in d.values() if isinstance(v, dict) and "mm_tokens_per_image" in v)):
+        level["mm_tokens_per_image"] = 4
 
 
 @override("wav2vec2-bert", "wav2vec2-conformer", media=True)
 def _ctc_vocabulary(d: dict[str, Any]) -> None:
     d["vocab_size"] = 32  # the config leaves the CTC head's vocabulary unset
+
+
+@override("fun_asr_nano", media=True)
+def _fun_asr_nano(d: dict[str, Any]) -> None:
+    d["adaptor_config"]["intermediate_size"] = d["text_config"]["hidden_size"] // 4  # the config's own rule
