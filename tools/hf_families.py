@@ -69,6 +69,18 @@ SAMPLES = 8000  # raw audio samples (half a second at 16 kHz)
 GENERATIVE = {"seq2seq", "speech", "vlm"}
 
 
+# What investigation found behind failures whose records show only a difference (for the report).
+DIAGNOSES = {
+    ("vlm", "qwen4_exp"): (
+        "Not a backend error: Qwen4-Exp's sparse-attention indexer picks key blocks with `scores.topk(...)` over "
+        "relu-summed scores; with the 12-token image prompt (more than the 8-token budget) 2 of its 6 selections "
+        "have an exact tie at 0 on the top-k boundary (measured on CPU), and which tied block topk returns is "
+        "unspecified, so CPU and neuron attend to different blocks. The causal sweep's 8-token prompt fits "
+        "the budget and passes."
+    ),
+}
+
+
 def records_path(family: str) -> Path:
     return ROOT / "docs" / f"model_coverage_{family}.json"
 
@@ -268,9 +280,12 @@ def _media_prompt(model: Any, batch: dict[str, Any], kind: str) -> dict[str, Any
     batch["attention_mask"] = torch.ones_like(text)
     if token is not None and "mm_token_type_ids" in _signature(model):  # Qwen-VL: which tokens are image
         batch["mm_token_type_ids"] = (text == token).long()
-    if "decoder_input_ids" in _signature(model):  # vision-encoder-decoder: the text is the decoder's
+    names = _signature(model)
+    if "decoder_input_ids" in names and "input_ids" not in names:  # vision-encoder-decoder: text is the decoder's
         batch["decoder_input_ids"] = batch.pop("input_ids")
         batch.pop("attention_mask")
+    elif "decoder_input_ids" in names:  # an encoder-decoder VLM (T5Gemma 2, UDOP): a decoder prompt too
+        batch["decoder_input_ids"] = _ids(_text_vocab(config), 4, seed=3)
     return batch
 
 
@@ -408,7 +423,7 @@ def labels(family: str, head: str, model: Any, batch: dict[str, Any]) -> dict[st
             length = main.shape[1] if "input_values" in out or main.shape[2] in (80, 128, 160) else main.shape[2]
             out["attention_mask"] = torch.ones(BATCH, length, dtype=torch.long)
     elif head == "image-text-to-text":
-        out["labels"] = batch["input_ids"] if "input_ids" in batch else batch["decoder_input_ids"]
+        out["labels"] = batch["decoder_input_ids"] if "decoder_input_ids" in batch else batch["input_ids"]
     return out
 
 
@@ -818,7 +833,10 @@ def section(family: str, results: list[dict[str, Any]], partial: bool = False) -
         if train_cell == "cpu-error":
             train_cell = "n/a (not on CPU)"
         cells += [train_cell, _num(train.get("loss_max_diff")), _num(train.get("param_max_diff"))]
-        cells += [r.get("fallback_calls", ""), top, r.get("seconds", ""), r.get("cause", "")]
+        cause = r.get("cause", "")
+        if (family, r["model_type"]) in DIAGNOSES:
+            cause = f"{cause[:200]} ... Diagnosis: {DIAGNOSES[(family, r['model_type'])]}"
+        cells += [r.get("fallback_calls", ""), top, r.get("seconds", ""), cause]
         w("| " + " | ".join(_cell(c) for c in cells) + " |\n")
     untrained = [r for r in results if r["status"] != "cpu-error" and r.get("train", {}).get("status") == "cpu-error"]
     if untrained:

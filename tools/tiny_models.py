@@ -658,3 +658,14 @@ def _ctc_vocabulary(d: dict[str, Any]) -> None:
 @override("fun_asr_nano", media=True)
 def _fun_asr_nano(d: dict[str, Any]) -> None:
     d["adaptor_config"]["intermediate_size"] = d["text_config"]["hidden_size"] // 4  # the config's own rule
+
+
+@override("glm46v", "glm4v", "glm4v_moe", "glm_ocr", "glmga", "qwen2_vl", "qwen2_5_vl", media=True)
+def _glm_vision(d: dict[str, Any]) -> None:
+    # the multimodal rotary sections (time, height, width; set in the model code, GLM [8, 12, 12], Qwen
+    # [16, 24, 24]) must share the rotary half of the shrunk head
+    text = d["text_config"]
+    head = text.get("head_dim") or text["hidden_size"] // text["num_attention_heads"]
+    rope = text.setdefault("rope_parameters", {})
+    half = int(head * rope.get("partial_rotary_factor", text.get("partial_rotary_factor", 1.0))) // 2
+    rope["mrope_section"] = [half // 4, (half - half // 4) // 2, half - half // 4 - (half - half // 4) // 2]
