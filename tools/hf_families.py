@@ -55,12 +55,16 @@ TITLES = {
     "vlm": "Vision-language: zero-shot image classification and image-text-to-text",
 }
 # The CI slice of each family (`--fast`, tests/test_hf_families.py): diverse and quick.
+# encoders: BERT, DeBERTa-v2 (disentangled relative attention); seq2seq: T5 (relative buckets, static
+# cache), BART (learned positions); vision: ViT, ConvNeXt (convolutions, layer norm over channels);
+# speech: Wav2Vec2 (convolutional features, weight-normed positional convolution, CTC), Whisper
+# (log-mel encoder-decoder, static cache); vlm: CLIP (contrastive), LLaVA (image tokens in a prompt).
 FAST = {
-    "encoders": ["bert", "deberta-v2", "modernbert"],
+    "encoders": ["bert", "deberta-v2"],
     "seq2seq": ["t5", "bart"],
-    "vision": ["vit", "convnext", "swin"],
+    "vision": ["vit", "convnext"],
     "speech": ["wav2vec2", "whisper"],
-    "vlm": ["clip", "siglip", "llava"],
+    "vlm": ["clip", "llava"],
 }
 RTOL = ATOL = 1e-4
 LENGTH = 8  # text tokens per sequence
@@ -77,6 +81,19 @@ DIAGNOSES = {
         "have an exact tie at 0 on the top-k boundary (measured on CPU), and which tied block topk returns is "
         "unspecified, so CPU and neuron attend to different blocks. The causal sweep's 8-token prompt fits "
         "the budget and passes."
+    ),
+    ("vision", "efficientnet"): (
+        "Not diagnosed yet: the record times out (300 s in the full run, 420 s alone). The eval forward on "
+        "neuron alone, synchronized after every module, takes about 0.02 s a module and the CPU forward 3 s, "
+        "so the time goes elsewhere in the run (generation does not apply; the training step or its float64 "
+        "rerun are the suspects)."
+    ),
+    ("vlm", "mistral_large4"): (
+        "Not a backend error: the text model's DeepSeek-V3.2-style sparse attention keeps `topk(8)` of 12 "
+        "relu-scored keys per query; on CPU 26 of those rows have exact ties at 0 on the top-k boundary "
+        "(all-zero rows included). Which tied index topk returns is unspecified: PyTorch CPU returns e.g. "
+        "[6, 11, 10, 9, 8, 7, 3, 1] for topk(8) of 12 zeros, neuron (XLA) the lowest indices, so the two "
+        "attend to different keys; the training step differs for the same reason."
     ),
 }
 
@@ -689,7 +706,10 @@ def _train_neuron(cpu: dict[str, Any], record: dict[str, Any]) -> list[str]:
         train["param_max_diff"], train["worst_param"] = hf_training._worst(cpu["names"], cpu_params, params, noise)
         problems = hf_training.judge(train)
         if problems:
-            problems = _float64_arbiter(cpu, losses, grads, params, train, problems)
+            try:
+                problems = _float64_arbiter(cpu, losses, grads, params, train, problems)
+            except Exception as e:  # a model with float32-only kernels (grouped_mm) has no float64 reference
+                train["float64"] = f"not available: {_cause(e)[:160]}"
     except Exception as e:
         problems = [f"training step: {_cause(e)}"]
         train["status"] = "error"

@@ -359,7 +359,13 @@ def _shrink_media(d: dict[str, Any]) -> None:
     if isinstance(d.get("num_groups"), int):  # group norms over the narrowed channels
         d["num_groups"] = min(d["num_groups"], 4)
     if d.get("out_features") or d.get("out_indices"):  # a backbone's outputs name stages the cut removed
-        d["out_features"] = d["out_indices"] = None
+        d["out_features"] = None
+        stages = d.get("num_hidden_layers") if isinstance(d.get("num_hidden_layers"), int) else None
+        stages = stages or (len(d["depths"]) if isinstance(d.get("depths"), list) else None)
+        if isinstance(d.get("out_indices"), list) and stages:  # Data2Vec-Vision wants a list
+            d["out_indices"] = [i for i in d["out_indices"] if i <= stages] or [stages]
+        else:
+            d["out_indices"] = None
     if isinstance(d.get("num_conv_pos_embeddings"), int):
         d["num_conv_pos_embeddings"] = min(d["num_conv_pos_embeddings"], 16)
     width = next((d[k] for k in ("hidden_size", "embed_dim", "d_model") if isinstance(d.get(k), int)), None)
