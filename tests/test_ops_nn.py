@@ -449,3 +449,25 @@ def test_instance_norm_half() -> None:
             x.to("neuron"), *[r.to("neuron") for r in running], w.to("neuron"), b.to("neuron"), **kwargs
         )
     assert_same(expected, got, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize(("shape", "dim"), [((6, 4, 5), 0), ((6, 4, 5), 2), ((8, 3), -1), ((4, 3, 2, 2), 0)])
+def test_weight_norm_backward_matches_cpu(shape: tuple, dim: int, dtype: torch.dtype) -> None:
+    # Wav2Vec2's positional convolution: weight norm over the last dim (dim=2), trained
+    generator = torch.Generator().manual_seed(0)
+    v = torch.randn(shape, generator=generator).to(dtype)
+    g_shape = [s if i == dim % len(shape) else 1 for i, s in enumerate(shape)]
+    g = torch.rand(g_shape, generator=generator).add(0.5).to(dtype)
+    grad = torch.randn(shape, generator=generator).to(dtype)
+    results = []
+    before = torch_neuronx.metrics()["fallbacks"].get("aten._weight_norm_interface_backward.default", 0)
+    for device in ("cpu", "neuron"):
+        vv, gg = v.clone().to(device).requires_grad_(), g.clone().to(device).requires_grad_()
+        w = torch._weight_norm(vv, gg, dim)
+        w.backward(grad.to(device))
+        results.append((w.detach().cpu(), vv.grad.cpu(), gg.grad.cpu()))
+    tol = {"atol": 1e-5, "rtol": 1e-5} if dtype == torch.float32 else {"atol": 2e-2, "rtol": 2e-2}
+    for cpu, dev in zip(*results):
+        torch.testing.assert_close(dev, cpu, **tol)
+    assert torch_neuronx.metrics()["fallbacks"].get("aten._weight_norm_interface_backward.default", 0) == before

@@ -15,6 +15,12 @@ compiled, against CPU, written up as `docs/model_training.md`:
 
     python -m tools.hf_sweep --train --json docs/model_training.json [--resume] [--modes eager]
 
+`--family` sweeps Transformers' other families instead (`tools/hf_families.py`: encoders, seq2seq,
+vision, speech, vlm), each into `docs/model_coverage_<family>.json`; the report always has every
+section, the causal LM's from `docs/model_coverage.json`:
+
+    python -m tools.hf_sweep --family encoders|seq2seq|vision|speech|vlm|all [--fast] [--only a,b]
+
 Models run in a worker subprocess, one at a time with a per-model timeout; a model that hangs
 or crashes the worker is recorded as such and a fresh worker takes the next one. The worker is
 also renewed every `--renew` models so no model's global side effects reach many others.
@@ -48,6 +54,7 @@ RTOL = ATOL = 1e-4
 TIE = 1e-4  # top-2 logit gap under which greedy argmax is a coin flip between devices
 ROOT = Path(__file__).resolve().parents[1]  # the repository root: `tools` is importable from it
 REPORT = ROOT / "docs" / "model_coverage.md"
+RECORDS = ROOT / "docs" / "model_coverage.json"  # the causal-LM records the report's first section is written from
 
 
 def architectures() -> list[str]:
@@ -184,9 +191,9 @@ def _static(model: Any, dev_ids: Any, ref: tuple[Any, list[Any]] | None) -> str:
     return "same" if ok else f"differ: {note}"
 
 
-def worker(train: bool = False) -> None:
-    """Read requests on stdin (an architecture name; with `train`, name and mode), answer one JSON
-    line each on the original stdout."""
+def worker(train: bool = False, family: bool = False) -> None:
+    """Read requests on stdin (an architecture name; with `train`, name and mode; with `family`,
+    family and name), answer one JSON line each on the original stdout."""
     results = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)  # anything models or libraries print goes to stderr, not into the protocol
     sys.stdout = sys.stderr
@@ -199,20 +206,26 @@ def worker(train: bool = False) -> None:
     static = compile_backend_available()
     if train:
         from .hf_training import run_train  # imports this module: not at the top
+    if family:
+        from .hf_families import run_one as run_family  # imports this module: not at the top
 
     for line in sys.stdin:
         request = line.split()
         if request:
-            record = run_train(*request) if train else run_one(request[0], static)
+            if family:
+                record = run_family(*request)
+            else:
+                record = run_train(*request) if train else run_one(request[0], static)
             results.write(json.dumps(record, default=str) + "\n")
 
 
 class Worker:
     """A worker subprocess with a line reader thread, so the parent can wait with a timeout."""
 
-    def __init__(self, log: Any, train: bool = False) -> None:
+    def __init__(self, log: Any, train: bool = False, family: bool = False) -> None:
+        flags = (["--train"] if train else []) + (["--family", "worker"] if family else [])
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tools.hf_sweep", "--worker"] + (["--train"] if train else []),
+            [sys.executable, "-m", "tools.hf_sweep", "--worker", *flags],
             cwd=ROOT,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
@@ -223,6 +236,7 @@ class Worker:
         self.lines: queue.Queue = queue.Queue()
         threading.Thread(target=self._read, daemon=True).start()
         self.done = 0
+        self.family = family
 
     def _read(self) -> None:
         assert self.proc.stdout is not None
@@ -231,13 +245,18 @@ class Worker:
         self.lines.put(None)
 
     def ask(self, request: str, timeout: float) -> dict[str, Any]:
-        """Run one request ("model_type" or "model_type mode"); its record, or one saying it timed out or crashed."""
+        """Run one request ("model_type", "model_type mode" or "family model_type"); its record, or one
+        saying it timed out or crashed."""
         assert self.proc.stdin is not None
         self.proc.stdin.write(request + "\n")
         self.proc.stdin.flush()
         self.done += 1
-        model_type, *mode = request.split()
-        about = {"model_type": model_type} | ({"mode": mode[0]} if mode else {})
+        if self.family:
+            family, model_type = request.split()
+            about = {"family": family, "model_type": model_type}
+        else:
+            model_type, *mode = request.split()
+            about = {"model_type": model_type} | ({"mode": mode[0]} if mode else {})
         try:
             line = self.lines.get(timeout=timeout)
         except queue.Empty:
@@ -265,6 +284,7 @@ def sweep(
     progress: bool = True,
     train: bool = False,
     on_record: Callable[[dict[str, Any]], None] | None = None,
+    family: bool = False,
 ) -> list[dict[str, Any]]:
     """Run each request (an architecture; with `train`, "architecture mode") in a worker subprocess;
     one record per request, each also handed to `on_record` as it arrives."""
@@ -277,7 +297,7 @@ def sweep(
             if current is None or not current.alive() or current.done >= renew:
                 if current is not None:
                     current.close()
-                current = Worker(log, train)
+                current = Worker(log, train, family)
             record = current.ask(request, timeout)
             results.append(record)
             if on_record is not None:
@@ -318,14 +338,58 @@ def _cell(text: Any) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
 
-def report(results: list[dict[str, Any]], path: str | os.PathLike = REPORT) -> str:
-    """Write the coverage page (Markdown) and return its text."""
+def report(results: list[dict[str, Any]] | None = None, path: str | os.PathLike = REPORT) -> str:
+    """Write the coverage page (Markdown): totals, the causal-LM section from `results` (default: the
+    records in `docs/model_coverage.json`), then every other family's section from its records
+    (`tools/hf_families.py`); return its text."""
     import torch
     import transformers
 
     import torch_neuronx
     from torch_neuronx.runtime import platform
 
+    from . import hf_families
+
+    if results is None:
+        results = json.loads(RECORDS.read_text()) if RECORDS.exists() else []
+    families = {f: hf_families.load(f) for f in hf_families.FAMILIES}
+    out = io.StringIO()
+    w = out.write
+    w("# Model coverage: Transformers architectures on `neuron`\n\n")
+    w("Generated by `python -m tools.hf_sweep` (causal LM) and `python -m tools.hf_sweep --family all` (the ")
+    w("other families); do not edit by hand. Either command rewrites the whole page from the records in ")
+    w("`docs/model_coverage*.json`. ")
+    w(f"{datetime.date.today()}, torch {torch.__version__}, transformers {transformers.__version__}, ")
+    w(f"torchneuron {torch_neuronx.__version__}, PJRT platform `{platform.platform_name()}`.\n\n")
+    w("| family | architectures | run on CPU | pass on neuron | pass rate | training step (pass / run) |\n")
+    w("|---|---|---|---|---|---|\n")
+    s = summary(results)
+    w(f"| causal LM | {s['architectures']} | {s['run_on_cpu']} | {s['pass_on_neuron']} | ")
+    w(f"{100 * s['pass_rate']:.1f}% | see `docs/model_training.md` |\n")
+    for family, records in families.items():
+        if not records:
+            w(f"| {family} | not run | | | | |\n")
+            continue
+        f = hf_families.summary(records)
+        partial = len(records) < len(hf_families.model_types(family))
+        total = len(hf_families.model_types(family))
+        name = f"{family} (partial: {len(records)} of {total} run)" if partial else family
+        w(f"| {name} | {f['architectures']} | {f['run_on_cpu']} | {f['pass_on_neuron']} | ")
+        w(f"{100 * f['pass_rate']:.1f}% | {f['train_pass']} / {f['trained']} |\n")
+    w("\n")
+    w(_causal_section(results))
+    w("\n" + hf_families.method())
+    for family, records in families.items():
+        if records:
+            partial = len(records) < len(hf_families.model_types(family))
+            w("\n" + hf_families.section(family, records, partial))
+    text = out.getvalue()
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text(text)
+    return text
+
+
+def _causal_section(results: list[dict[str, Any]]) -> str:
     s = summary(results)
     static = (
         "static cache checked"
@@ -334,10 +398,8 @@ def report(results: list[dict[str, Any]], path: str | os.PathLike = REPORT) -> s
     )
     out = io.StringIO()
     w = out.write
-    w("# Model coverage: Transformers causal-LM architectures on `neuron`\n\n")
-    w("Generated by `python -m tools.hf_sweep` (do not edit by hand). ")
-    w(f"{datetime.date.today()}, torch {torch.__version__}, transformers {transformers.__version__}, ")
-    w(f"torchneuron {torch_neuronx.__version__}, PJRT platform `{platform.platform_name()}`.\n\n")
+    w("## Causal LM\n\n")
+    w("Records: `docs/model_coverage.json` (`python -m tools.hf_sweep --json docs/model_coverage.json`). ")
     w("Every entry of `MODEL_FOR_CAUSAL_LM_MAPPING_NAMES` is built from its config class with the generic ")
     w("shrinking recipe of `tools/tiny_models.py` (64 hidden, 2 layers or one layer of each kind, ")
     w("256-token vocabulary, random weights, float32). The CPU run is the reference: the same weights moved ")
@@ -364,17 +426,14 @@ def report(results: list[dict[str, Any]], path: str | os.PathLike = REPORT) -> s
     for r in results:
         ops.update(dict.fromkeys(r.get("fallbacks", {}), 1))
     if ops:
-        w("\n## Ops that fell back to CPU, by number of architectures using them\n\n")
+        w("\n### Causal LM: ops that fell back to CPU, by number of architectures using them\n\n")
         w(", ".join(f"`{op}` ({n})" for op, n in ops.most_common()) + "\n")
     failed_cpu = [r for r in results if r["status"] == "cpu-error"]
     if failed_cpu:
-        w("\n## Not counted: the tiny model does not run on CPU\n\n| model type | cause |\n|---|---|\n")
+        w("\n### Causal LM: not counted, the tiny model does not run on CPU\n\n| model type | cause |\n|---|---|\n")
         for r in failed_cpu:
             w(f"| {r['model_type']} | {_cell(r.get('cause', ''))} |\n")
-    text = out.getvalue()
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    Path(path).write_text(text)
-    return text
+    return out.getvalue()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -399,11 +458,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--log", help="worker stderr goes here (default: discarded)")
     parser.add_argument("--train", action="store_true", help="training parity instead (tools/hf_training.py)")
     parser.add_argument("--modes", default="eager,compiled", help="with --train: eager, compiled or both (default)")
+    parser.add_argument(
+        "--family",
+        help="another family instead (tools/hf_families.py): encoders, seq2seq, vision, speech, vlm or all; "
+        "records go to docs/model_coverage_<family>.json (merged with those there: --only reruns some)",
+    )
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
-        worker(args.train)
+        worker(args.train, args.family is not None)
         return 0
+    if args.family:
+        return _family_main(args)
     fast = TRAIN_SLICE if args.train else FAST_SLICE
     model_types = args.only.split(",") if args.only else fast if args.fast else architectures()
     if args.train:
@@ -425,6 +491,54 @@ def main(argv: list[str] | None = None) -> int:
         f"{s['pass_on_neuron']}/{s['run_on_cpu']} architectures that run on CPU pass on neuron "
         f"({100 * s['pass_rate']:.1f}%); {s['architectures'] - s['run_on_cpu']} do not run on CPU"
     )
+    return 0
+
+
+def _family_main(args: argparse.Namespace) -> int:
+    """`--family`: each family's architectures (or --only / --fast), records merged into its JSON after each
+    one (so an interrupted sweep keeps what ran; `--resume` runs only those missing), then the report."""
+    from . import hf_families  # imports this module: not at the top
+
+    families = hf_families.FAMILIES if args.family == "all" else tuple(args.family.split(","))
+    unknown = set(families) - set(hf_families.FAMILIES)
+    if unknown:
+        raise SystemExit(f"unknown family {sorted(unknown)}; choose from {', '.join(hf_families.FAMILIES)} or all")
+    paths, merged, order = {}, {}, {}
+    requests = []
+    for family in families:
+        if args.json:  # one family: that file; several: <stem>_<family>.json beside it
+            given = Path(args.json)
+            paths[family] = given if len(families) == 1 else given.with_name(f"{given.stem}_{family}{given.suffix}")
+        else:
+            paths[family] = hf_families.records_path(family)
+        order[family] = hf_families.model_types(family)
+        chosen = args.only.split(",") if args.only else hf_families.FAST[family] if args.fast else order[family]
+        chosen = [m for m in chosen if m in order[family]]
+        path = paths[family]
+        merged[family] = {r["model_type"]: r for r in json.loads(path.read_text())} if path.exists() else {}
+        if args.resume:
+            chosen = [m for m in chosen if m not in merged[family]]
+        requests += [f"{family} {m}" for m in chosen]
+
+    def records(family: str) -> list[dict[str, Any]]:
+        return [merged[family][m] for m in order[family] if m in merged[family]]
+
+    def save(record: dict[str, Any]) -> None:
+        family = record["family"]
+        merged[family][record["model_type"]] = record
+        paths[family].write_text(json.dumps(records(family), indent=1, default=str))
+
+    # one worker for all families (renewed every --renew models), so a CI slice starts Python once
+    sweep(requests, timeout=args.timeout, renew=args.renew, log_path=args.log, on_record=save, family=True)
+    for family in families:
+        s = hf_families.summary(records(family))
+        print(
+            f"{family}: {s['pass_on_neuron']}/{s['run_on_cpu']} architectures that run on CPU pass on neuron "
+            f"({100 * s['pass_rate']:.1f}%), training step {s['train_pass']}/{s['trained']}; "
+            f"{s['architectures'] - s['run_on_cpu']} do not run on CPU"
+        )
+    if not args.no_report:
+        report(None, args.out or REPORT)
     return 0
 
 

@@ -134,12 +134,20 @@ def _is_token_id(key: str) -> bool:
     return key.endswith(("_token_id", "_token_index", "_token_ids"))
 
 
+_NOT_PER_LAYER = re.compile(r"act|_proj$")  # activation names (T5's "gelu_new" is as long as mT5 is deep)
+
+
 def _per_layer(d: dict[str, Any], count: int) -> dict[str, Any]:
     """The per-layer lists and strings of a config level (one entry per layer)."""
     return {
         k: v
         for k, v in d.items()
-        if isinstance(v, (list, str)) and len(v) == count and count > 1 and not _is_token_id(k) and k != "model_type"
+        if isinstance(v, (list, str))
+        and len(v) == count
+        and count > 1
+        and not _is_token_id(k)
+        and k != "model_type"
+        and not (isinstance(v, str) and _NOT_PER_LAYER.search(k))
     }
 
 
@@ -272,14 +280,16 @@ def _fit_mamba(d: dict[str, Any]) -> None:
 # TRAIN_OVERRIDES only for training (`train=True`), after OVERRIDES.
 OVERRIDES: dict[str, Callable[[dict[str, Any]], None]] = {}
 TRAIN_OVERRIDES: dict[str, Callable[[dict[str, Any]], None]] = {}
+# Settings for the other families' sweep (`media=True`, tools/hf_families.py), after OVERRIDES.
+MEDIA_OVERRIDES: dict[str, Callable[[dict[str, Any]], None]] = {}
 
 
 def override(
-    *model_types: str, train: bool = False
+    *model_types: str, train: bool = False, media: bool = False
 ) -> Callable[[Callable[[dict[str, Any]], None]], Callable[[dict[str, Any]], None]]:
     def register(fn: Callable[[dict[str, Any]], None]) -> Callable[[dict[str, Any]], None]:
         for model_type in model_types:
-            (TRAIN_OVERRIDES if train else OVERRIDES)[model_type] = fn
+            (MEDIA_OVERRIDES if media else TRAIN_OVERRIDES if train else OVERRIDES)[model_type] = fn
         return fn
 
     return register
@@ -299,18 +309,91 @@ def _no_randomness(d: dict[str, Any]) -> None:
             d[key] = 0.0
 
 
-def tiny_config_dict(model_type: str, train: bool = False) -> dict[str, Any]:
+IMAGE = 64  # image side of the media recipe
+MEDIA_CHANNELS = 64  # channel widths of convolutional stages and feature encoders
+STAGE_DEPTH = 2  # blocks per stage of a staged vision backbone (two keep Swin's shifted-window block)
+
+
+def _pow2_at_most(value: int, cap: int = HEADS) -> int:
+    return 1 << (max(1, min(value, cap)).bit_length() - 1)
+
+
+def _shrink_media(d: dict[str, Any]) -> None:
+    """The media part of the recipe (`tiny_config_dict(..., media=True)`, used by `hf_families.py`):
+    images to `IMAGE` pixels (a multiple of the patch), stage widths and convolutional feature
+    widths to `MEDIA_CHANNELS`, stage depths to `STAGE_DEPTH`, head counts to powers of two that
+    divide the width. Recurses into sub-configs. The causal-LM sweeps do not use it, so their
+    recorded results keep their recipe."""
+    for value in d.values():
+        if isinstance(value, dict) and ("model_type" in value or any(str(k).endswith("_size") for k in value)):
+            _shrink_media(value)
+    patch = d.get("patch_size")
+    patch = patch[0] if isinstance(patch, list) and patch else patch
+    side = max(patch, IMAGE // patch * patch) if isinstance(patch, int) and patch > 0 else IMAGE
+    merge = d.get("spatial_merge_size")
+    if isinstance(merge, int) and isinstance(patch, int) and isinstance(d.get("window_size"), int):
+        d["window_size"] = 2 * merge * patch  # Qwen2.5-VL's window attention: whole merged patches
+    window, depths = d.get("window_size"), d.get("depths")
+    if isinstance(window, int) and isinstance(patch, int) and isinstance(depths, list) and depths:
+        side = max(side, window * patch * 2 ** (len(depths) - 1))  # Swin's last stage must cover its window
+    for key in ("image_size", "crop_size"):
+        value = d.get(key)
+        if isinstance(value, int) and value > side:
+            d[key] = side
+        elif isinstance(value, list) and value and all(isinstance(v, int) for v in value):
+            d[key] = [min(v, side) for v in value]
+    channels = ("hidden_sizes", "conv_dim", "embed_dims", "neck_hidden_sizes", "out_channels_list")
+    for key in (*channels, "stage_in_channels", "stage_mid_channels", "stage_out_channels"):
+        value = d.get(key)
+        if isinstance(value, list) and value and all(isinstance(v, int) for v in value):
+            d[key] = [min(v, MEDIA_CHANNELS) for v in value]
+    for key in ("depths", "stage_depths", "num_encoder_blocks"):
+        value = d.get(key)
+        if isinstance(value, list) and value and all(isinstance(v, int) for v in value):
+            d[key] = [min(v, STAGE_DEPTH) for v in value]
+    if isinstance(d.get("max_source_positions"), int):  # audio encoder frames: 2 x 64 log-mel frames (Whisper's input)
+        d["max_source_positions"] = min(d["max_source_positions"], 64)
+    for key in ("audio_hidden_size", "vision_hidden_size", "encoder_hidden_size", "projection_size"):  # widths
+        if isinstance(d.get(key), int):
+            d[key] = min(d[key], HIDDEN)
+    if isinstance(d.get("num_groups"), int):  # group norms over the narrowed channels
+        d["num_groups"] = min(d["num_groups"], 4)
+    if d.get("out_features") or d.get("out_indices"):  # a backbone's outputs name stages the cut removed
+        d["out_features"] = None
+        stages = d.get("num_hidden_layers") if isinstance(d.get("num_hidden_layers"), int) else None
+        stages = stages or (len(d["depths"]) if isinstance(d.get("depths"), list) else None)
+        if isinstance(d.get("out_indices"), list) and stages:  # Data2Vec-Vision wants a list
+            d["out_indices"] = [i for i in d["out_indices"] if i <= stages] or [stages]
+        else:
+            d["out_indices"] = None
+    if isinstance(d.get("num_conv_pos_embeddings"), int):
+        d["num_conv_pos_embeddings"] = min(d["num_conv_pos_embeddings"], 16)
+    width = next((d[k] for k in ("hidden_size", "embed_dim", "d_model") if isinstance(d.get(k), int)), None)
+    for key in ("num_attention_heads", "num_heads", "encoder_attention_heads", "decoder_attention_heads"):
+        value = d.get(key)
+        if isinstance(value, list) and value and all(isinstance(v, int) for v in value):
+            d[key] = [_pow2_at_most(v) for v in value]
+        elif isinstance(value, int) and isinstance(width, int) and value and width % value:
+            d[key] = _pow2_at_most(value)
+
+
+def tiny_config_dict(model_type: str, train: bool = False, media: bool = False) -> dict[str, Any]:
     """The shrunk `to_dict()` of `model_type`'s default config; `train` zeroes its random settings
     (dropout, layer drop, router jitter) so that training mode draws no random numbers, and applies
-    `TRAIN_OVERRIDES`."""
+    `TRAIN_OVERRIDES`; `media` also shrinks images, stages and audio feature encoders
+    (`_shrink_media`) and applies `MEDIA_OVERRIDES`."""
     from transformers import CONFIG_MAPPING
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         config = CONFIG_MAPPING[model_type]()
     d = _shrink(config.to_dict())
+    if media:
+        _shrink_media(d)
     if model_type in OVERRIDES:
         OVERRIDES[model_type](d)
+    if media and model_type in MEDIA_OVERRIDES:
+        MEDIA_OVERRIDES[model_type](d)
     if train:
         _no_randomness(d)
         if model_type in TRAIN_OVERRIDES:
@@ -514,3 +597,81 @@ def tiny_tokenizer(vocab_size: int = VOCAB) -> Any:
     return PreTrainedTokenizerFast(
         tokenizer_object=backend, pad_token="<pad>", bos_token="<s>", eos_token="</s>", unk_token="<unk>"
     )
+
+
+@override("esm", media=True)
+def _esm(d: dict[str, Any]) -> None:
+    d.update(vocab_size=33, pad_token_id=1, mask_token_id=32)  # the config leaves its vocabulary unset
+
+
+@override("reformer", media=True)
+def _reformer_encoder(d: dict[str, Any]) -> None:
+    d["is_decoder"] = False  # the masked LM is bidirectional (OVERRIDES makes the causal LM a decoder)
+
+
+@override("layoutlmv3", media=True)
+def _layoutlmv3(d: dict[str, Any]) -> None:
+    d.update(coordinate_size=12, shape_size=8)  # 4 coordinates and 2 sizes concatenate to the hidden size
+
+
+@override("lilt", media=True)
+def _lilt(d: dict[str, Any]) -> None:
+    d["hidden_size"] = 48  # six box embeddings of hidden_size // 6 concatenate to the hidden size
+
+
+@override("t5", "mt5", "umt5", "longt5", "switch_transformers", media=True)
+def _t5(d: dict[str, Any]) -> None:
+    d["decoder_start_token_id"] = d.get("pad_token_id", 0)  # the heads shift labels right with it
+
+
+@override("perceiver", media=True)
+def _perceiver(d: dict[str, Any]) -> None:
+    d["max_position_embeddings"] = 8  # the masked-LM decoder answers every position: the labels' length
+
+
+@override("efficientnet", media=True)
+def _efficientnet(d: dict[str, Any]) -> None:
+    # width and depth multipliers of 1 (B0's), so blocks stay few; the classifier's input is the top
+    # convolution's width, round_filters(1280)
+    d.update(width_coefficient=1.0, depth_coefficient=1.0, hidden_dim=1280)
+    # narrower stages (each one's output is the next one's input) and one block each: seven blocks
+    d.update(in_channels=[32, 16, 24, 40, 48, 56, 64], out_channels=[16, 24, 40, 48, 56, 64, 64])
+    d["num_block_repeats"] = [1] * 7
+
+
+@override("hiera", media=True)
+def _hiera(d: dict[str, Any]) -> None:
+    d["image_size"] = [IMAGE, IMAGE]  # a multiple of the patch stride (4), not of the 7-pixel patch
+
+
+@override("encoder-decoder", "speech-encoder-decoder", media=True)
+def _encoder_decoder(d: dict[str, Any]) -> None:
+    d.update(decoder_start_token_id=1, pad_token_id=0)  # the composite config has neither; labels shift with them
+
+
+@override("gemma3", "shieldgemma2", "t5gemma2", media=True)
+def _gemma3_vision(d: dict[str, Any]) -> None:
+    # pooled to a 2 x 2 grid: the pooling kernel is the patch grid over that (T5Gemma 2: in its encoder)
+    for level in (d, *(v for v in d.values() if isinstance(v, dict) and "mm_tokens_per_image" in v)):
+        level["mm_tokens_per_image"] = 4
+
+
+@override("wav2vec2-bert", "wav2vec2-conformer", media=True)
+def _ctc_vocabulary(d: dict[str, Any]) -> None:
+    d["vocab_size"] = 32  # the config leaves the CTC head's vocabulary unset
+
+
+@override("fun_asr_nano", media=True)
+def _fun_asr_nano(d: dict[str, Any]) -> None:
+    d["adaptor_config"]["intermediate_size"] = d["text_config"]["hidden_size"] // 4  # the config's own rule
+
+
+@override("glm46v", "glm4v", "glm4v_moe", "glm_ocr", "glmga", "qwen2_vl", "qwen2_5_vl", media=True)
+def _glm_vision(d: dict[str, Any]) -> None:
+    # the multimodal rotary sections (time, height, width; set in the model code, GLM [8, 12, 12], Qwen
+    # [16, 24, 24]) must share the rotary half of the shrunk head
+    text = d["text_config"]
+    head = text.get("head_dim") or text["hidden_size"] // text["num_attention_heads"]
+    rope = text.setdefault("rope_parameters", {})
+    half = int(head * rope.get("partial_rotary_factor", text.get("partial_rotary_factor", 1.0))) // 2
+    rope["mrope_section"] = [half // 4, (half - half // 4) // 2, half - half // 4 - (half - half // 4) // 2]

@@ -208,6 +208,21 @@ def native_group_norm(x: Any, weight: Any, bias: Any, n: int, c: int, hxw: int, 
     return out.astype(x.dtype), mean.reshape(n, group).astype(stat), rstd.reshape(n, group).astype(stat)
 
 
+@lowering(aten._weight_norm_interface_backward.default)
+def weight_norm_interface_backward(grad_w: Any, v: Any, g: Any, norms: Any, dim: int) -> Any:
+    """Gradients of w = v * g / ||v|| (norm over every dim but `dim`), PyTorch's closed form:
+    grad_g = sum(grad_w * v) / ||v||, grad_v = g / ||v|| * (grad_w - v * sum(grad_w * v) / ||v||^2)."""
+    axis = wrap_dim(dim, v.ndim, "_weight_norm_interface_backward", v)
+    axes = tuple(i for i in range(v.ndim) if i != axis)
+    gw, vv = upcast(grad_w), upcast(v)
+    norm = upcast(norms).reshape([v.shape[i] if i == axis else 1 for i in range(v.ndim)])
+    gg = upcast(g).reshape(norm.shape)
+    dot = (gw * vv).sum(axes, keepdims=True)
+    grad_v = gg / norm * (gw - vv * (dot / (norm * norm)))
+    grad_g = dot / norm
+    return grad_v.astype(v.dtype), grad_g.reshape(g.shape).astype(g.dtype)
+
+
 @lowering(aten.native_group_norm_backward.default)
 def native_group_norm_backward(
     grad: Any,
