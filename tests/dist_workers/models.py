@@ -182,18 +182,24 @@ def fsdp(reshard_after_forward: bool | int = True) -> None:
     assert_params(reference, model, **TOL)
 
 
+def _sharded_stack(device: str, **options: Any) -> Stack:
+    """The seeded Stack on `device`, each block and the whole fully_shard-ed over all ranks."""
+    torch.manual_seed(0)
+    model = Stack().to(device)
+    mesh = init_device_mesh(device, (WORLD,))
+    for block in model.blocks:
+        fully_shard(block, mesh=mesh, **options)
+    fully_shard(model, mesh=mesh, **options)
+    return model
+
+
 def fsdp_mixed_precision() -> None:
     """bf16 parameters, fp32 gradient reduction: same numbers as the same FSDP2 program on CPU."""
     policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
     data = batches((4 * WORLD, 8), (4 * WORLD, 4))
     runs = {}
     for device in ("cpu", "neuron"):
-        torch.manual_seed(0)
-        model = Stack().to(device)
-        mesh = init_device_mesh(device, (WORLD,))
-        for block in model.blocks:
-            fully_shard(block, mesh=mesh, mp_policy=policy)
-        fully_shard(model, mesh=mesh, mp_policy=policy)
+        model = _sharded_stack(device, mp_policy=policy)
         runs[device] = (train(model, data, device, RANK, WORLD), model)
     assert_losses(runs["cpu"][0], runs["neuron"][0], rtol=2e-2)
     assert_params(runs["cpu"][1], runs["neuron"][1], rtol=2e-2, atol=2e-2)
@@ -206,12 +212,7 @@ def fsdp_divide_factor() -> None:
     data = batches((4 * WORLD, 8), (4 * WORLD, 4))
     runs = {}
     for device in ("cpu", "neuron"):
-        torch.manual_seed(0)
-        model = Stack().to(device)
-        mesh = init_device_mesh(device, (WORLD,))
-        for block in model.blocks:
-            fully_shard(block, mesh=mesh)
-        fully_shard(model, mesh=mesh)
+        model = _sharded_stack(device)
         model.set_gradient_divide_factor(3.0 * WORLD)
         model.set_force_sum_reduction_for_comms(True)
         runs[device] = (train(model, data, device, RANK, WORLD), model)
