@@ -9,6 +9,7 @@ and a transpose; stride-0 (expanded) dims are a broadcast. Only overlapping geom
 
 from __future__ import annotations
 
+import math
 from typing import Any, NamedTuple
 
 import jax.numpy as jnp
@@ -33,7 +34,7 @@ class _Plan(NamedTuple):
 
 
 def numel(shape: tuple[int, ...]) -> int:
-    return int(np.prod(shape, dtype=np.int64)) if shape else 1
+    return math.prod(shape)
 
 
 def contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
