@@ -131,3 +131,45 @@ def test_complex_real_views_share_storage():
 
     check(fn, torch.randn(3, dtype=torch.complex64))
     check(lambda f: torch.view_as_complex(f) * 2, torch.randn(4, 2))
+
+
+def _transposed(device):
+    return torch.arange(12.0).reshape(3, 4).to(device).t()
+
+
+def _channels_last(device):
+    return torch.arange(96.0).reshape(2, 3, 4, 4).to(device, memory_format=torch.channels_last)
+
+
+@pytest.mark.parametrize(
+    "make, fn",
+    [
+        (_transposed, lambda x: x + 1),
+        (_transposed, torch.relu),
+        (_transposed, torch.clone),
+        (_transposed, lambda x: x.contiguous()),
+        (_transposed, lambda x: x.to(torch.float64)),
+        (_transposed, lambda x: x.to("cpu", copy=True)),
+        (_transposed, lambda x: x[::2].to("cpu", copy=True)),
+        (_transposed, lambda x: torch.sort(x, 0).values),
+        (_channels_last, lambda x: x * 2),
+        (_channels_last, lambda x: x.sum(1)),
+        (_channels_last, lambda x: x.to(memory_format=torch.contiguous_format)),
+        (_channels_last, lambda x: x.to("cpu", copy=True)),
+    ],
+)
+def test_results_and_copies_take_pytorchs_layout(make, fn):
+    """A fresh result is laid out as PyTorch lays it out (an elementwise result keeps its input's
+    memory order, clone and `.to` preserve it), so what depends on strides behaves as on CPU."""
+    cpu, dev = fn(make("cpu")), fn(make("neuron"))
+    assert dev.stride() == cpu.stride()
+    torch.testing.assert_close(dev.cpu(), cpu)
+
+
+def test_uploads_keep_a_dense_layout_and_views_fail_as_on_cpu():
+    x = torch.arange(12.0).reshape(3, 4).t()
+    dev = x.to("neuron")
+    assert dev.stride() == x.stride() == (1, 4)
+    for y in (x + 1, dev + 1):
+        with pytest.raises(RuntimeError, match="view size is not compatible"):
+            y.view(12)

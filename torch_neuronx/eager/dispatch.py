@@ -31,7 +31,7 @@ from . import metrics
 from .arguments import Binder
 from .kernel import Kernel
 from .storage_io import scalar_input
-from .storage_kernels import COMPLEX32_KERNELS, STORAGE_KERNELS, CpuKernel
+from .storage_kernels import COMPLEX32_KERNELS, STORAGE_KERNELS, CpuKernel, ToCopy, transfer
 
 OpOverload = torch._ops.OpOverload
 KERNELS: dict[OpOverload, Callable[..., Any]] = {}
@@ -139,6 +139,8 @@ def build(op: OpOverload) -> Callable[..., Any]:
     lowerings = _lowerings()
     if op in STORAGE_KERNELS:
         return STORAGE_KERNELS[op]
+    if op is torch.ops.aten._to_copy.default:
+        return ToCopy(op, lowerings[op], keyed=True, fallback=transfer)
     if op in lowerings:
         return Kernel(op, lowerings[op], keyed=True, fallback=COMPLEX32_KERNELS.get(op) or CpuFallback(op))
     if _is_view(op) or torch.Tag.inplace_view in op.tags:  # (in-place) views change metadata only

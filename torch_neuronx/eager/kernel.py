@@ -33,11 +33,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import torch
+from torch.utils._pytree import tree_map
 
 from ..ops import Lowering, collecting_checks
 from ..ops._common import raised_by_jax, torch_error
 from ..ops._dtypes import TO_TORCH, Complex32ResultError, jax_dtype
-from ..ops.geometry import contiguous_strides, numel
+from ..ops.geometry import contiguous_strides, memory_order, numel
 from ..runtime import checks as device_checks
 from ..runtime import cores, native, profiler
 from ..runtime.debug import log, module_name
@@ -111,9 +112,38 @@ class CachedExecutable:
         self.native_returns: list | None = None  # how the native module makes the op's returns
 
 
-def _out_meta(shape: tuple, dtype: torch.dtype) -> tuple:
+def _out_meta(shape: tuple, dtype: torch.dtype, strides: tuple) -> tuple:
     """`tensor_on_new_storage`'s leading arguments for a dense result, computed once per executable."""
-    return shape, dtype, contiguous_strides(shape), numel(shape) * dtype.itemsize
+    return shape, dtype, strides, numel(shape) * dtype.itemsize
+
+
+def _meta(x: Any) -> Any:
+    if isinstance(x, torch.Tensor) and x.device.type == "neuron":
+        return torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device="meta")
+    if isinstance(x, torch.device) and x.type == "neuron":
+        return torch.device("meta")
+    return x
+
+
+def pytorch_strides(op: torch._ops.OpOverload, args: tuple, kwargs: dict) -> list | None:
+    """The strides PyTorch gives each fresh result of this call (its meta kernel, the rules CPU
+    follows: an elementwise result keeps its inputs' memory order, `clone` and `.to` preserve a
+    permuted or channels-last layout); None where the meta kernel cannot say."""
+    try:
+        results = op(*tree_map(_meta, args), **tree_map(_meta, kwargs))
+    except Exception:  # no meta kernel, or one that needs values: the results stay contiguous
+        return None
+    return [r.stride() if isinstance(r, torch.Tensor) else None for r in jax.tree_util.tree_leaves(results)]
+
+
+def _laid_out(x: Any, strides: tuple | None) -> tuple[Any, tuple]:
+    """`x` flattened in the memory order `strides` give (row-major where they are None or not a
+    dense layout of `x`'s shape), and the strides its tensor takes."""
+    shape = tuple(x.shape)
+    order = memory_order(shape, strides) if strides is not None and len(strides) == len(shape) else None
+    if order is None or order == tuple(range(len(shape))):
+        return x.reshape(-1), contiguous_strides(shape)
+    return jnp.transpose(x, order).reshape(-1), tuple(strides)
 
 
 def _bounded_insert(cache: dict, key: tuple, entry: Any) -> None:
@@ -186,6 +216,8 @@ class Kernel(ArgumentPlan):
             and not (lowering.random or lowering.size is not None or lowering.validate or self.item_returns)
             and len(op._schema.returns) == len([r for r in op._schema.returns if "Tensor" in str(r.type)])
         )
+        # the dispatcher's kernel for a functional op lays its results out as PyTorch does
+        self.follows_layout = keyed and not self.mutated and not self.item_returns
 
     def __call__(this, *args: Any, **kwargs: Any) -> Any:  # noqa: N805 - `self` is an ATen argument name
         values = this.bind(args, kwargs)
@@ -213,8 +245,9 @@ class Kernel(ArgumentPlan):
                 pass  # no executable, nothing launched: the fallback below runs the call
             elif entry is None:
                 start = time.perf_counter()
+                strides = pytorch_strides(op, args, kwargs) if this.follows_layout else None
                 with profiler.compiling(f"compile {this.name}"):
-                    entry, how = this._build(key, call)
+                    entry, how = this._build(key, call, strides)
                 launch = profiler.now() if profiler.recording() else 0
                 results = entry.fn(*call.buffers, *call.scalars)
                 if launch:
@@ -274,9 +307,10 @@ class Kernel(ArgumentPlan):
             self._name_error(error, _Described(values))
             raise
 
-    def _build(self, key: tuple, call: CallInputs) -> tuple[CachedExecutable, str]:
-        """The executable for `key`: from the executable store, else traced and compiled (and
-        stored); with how it was got, "loaded" or "built"."""
+    def _build(self, key: tuple, call: CallInputs, strides: list | None) -> tuple[CachedExecutable, str]:
+        """The executable for `key` whose fresh results take `strides` (`pytorch_strides`): from
+        the executable store, else traced and compiled (and stored); with how it was got, "loaded"
+        or "built"."""
         signature = self._signature(key)
         stored = executable_store.load(signature) if signature else None
         entry = CachedExecutable()
@@ -286,7 +320,7 @@ class Kernel(ArgumentPlan):
         writable = written_slots([key[i] for i in self.mutated])
         donated = buffer_positions(writable, key[len(self.kinds)])
         suffix = executable_store.module_suffix(signature) if signature else ""
-        traced = jitted(self._traceable(key, entry, writable, suffix=suffix), donated, len(call.buffers))
+        traced = jitted(self._traceable(key, entry, writable, suffix, strides), donated, len(call.buffers))
         entry.fn, storable = executable_store.compile_storable(traced.lower(*call.buffers, *call.scalars))
         if signature and storable:
             meta = (entry.checks, entry.out_meta, entry.tree, entry.mutated_slots, entry.single)
@@ -394,7 +428,13 @@ class Kernel(ArgumentPlan):
         return results[0] if len(results) == 1 else tuple(results)
 
     def _traceable(
-        self, key: tuple, entry: Any, writable: list[int] = (), sizing: bool = False, suffix: str = ""
+        self,
+        key: tuple,
+        entry: Any,
+        writable: list[int] = (),
+        suffix: str = "",
+        strides: list | None = None,
+        sizing: bool = False,
     ) -> Callable:
         kinds, lowering = self.kinds, self.lowering
         mutated = self.mutated if not sizing else []
@@ -449,9 +489,13 @@ class Kernel(ArgumentPlan):
                 entry.mutated_slots = with_donated(entry.mutated_slots, writable, unwritten)
             leaves, entry.tree = jax.tree_util.tree_flatten(result)
             leaves = [jnp.asarray(x) for x in leaves]
-            entry.out_meta = [_out_meta(tuple(x.shape), TO_TORCH[np.dtype(x.dtype)]) for x in leaves]
+            layouts = strides if strides is not None and len(strides) == len(leaves) else [None] * len(leaves)
+            flat, out_strides = zip(*[_laid_out(x, s) for x, s in zip(leaves, layouts)]) if leaves else ((), ())
+            entry.out_meta = [
+                _out_meta(tuple(x.shape), TO_TORCH[np.dtype(x.dtype)], s) for x, s in zip(leaves, out_strides)
+            ]
             entry.single = not mutated and not self.item_returns and entry.tree.num_nodes == entry.tree.num_leaves == 1
-            return [x.reshape(-1) for x in leaves], [storage[s] for s in entry.mutated_slots], flags
+            return list(flat), [storage[s] for s in entry.mutated_slots], flags
 
         run.__name__ = run.__qualname__ = module_name(self.name) + suffix  # names the XLA module
         return run

@@ -1,6 +1,6 @@
 """Kernels that work on storages and the host directly, so are not lowerings: allocation
-(`empty`, `empty_strided`, `resize_`, `set_`), host<->device copies (`copy_`, `_to_copy`) and
-reads to the host (`item`). `STORAGE_KERNELS` maps each overload to its kernel.
+(`empty`, `empty_strided`, `resize_`, `set_`), host<->device copies (`copy_`, `_to_copy`'s
+`ToCopy`) and reads to the host (`item`). `STORAGE_KERNELS` maps each overload to its kernel.
 """
 
 from __future__ import annotations
@@ -68,8 +68,18 @@ def empty_strided(
     return new_tensor(size, dtype, strides=stride, nbytes=_nbytes(size, stride, dtype))
 
 
-@storage_kernel(aten._to_copy.default)
-def to_copy(
+class ToCopy(Kernel):
+    """`_to_copy`: a conversion on the device is the `_to_copy` lowering's keyed kernel (the native
+    module serves its calls); a transfer between host and device is `transfer`."""
+
+    def __call__(this, self: torch.Tensor, **options: Any) -> torch.Tensor:  # noqa: N805 - `self` is ATen's
+        device = options.get("device")
+        if self.device.type == "neuron" and (device is None or torch.device(device).type == "neuron"):
+            return super().__call__(self, **options)
+        return transfer(self, **options)
+
+
+def transfer(
     self: torch.Tensor,
     dtype: Any = None,
     layout: Any = None,
@@ -80,18 +90,26 @@ def to_copy(
 ) -> torch.Tensor:
     dtype = dtype or self.dtype
     target = torch.device(device) if device is not None else self.device
+    strides = _copy_strides(self, memory_format)
     if self.device.type == "neuron" and target.type == "cpu":
         out = download(self)
         out = out if out.dtype == dtype else out.to(dtype)
-        if memory_format in (None, torch.preserve_format):
-            return out
-        return out.contiguous(memory_format=memory_format)
+        return out if strides is None else torch.empty_strided(out.shape, strides, dtype=dtype).copy_(out)
     if self.device.type == "cpu":
         buffer_dtype(dtype)
         source = self if self.dtype == dtype else self.to(dtype)
-        return to_device(source)
-    out = torch.empty_like(self, dtype=dtype, memory_format=memory_format or torch.preserve_format)
-    return out.copy_(self)
+        return to_device(source, strides)
+    return _like(self, dtype, memory_format).copy_(self)
+
+
+def _copy_strides(t: torch.Tensor, memory_format: Any) -> tuple | None:
+    """The strides of a copy of `t` in `memory_format` (PyTorch's `empty_like` rule: preserve keeps
+    a dense layout); None where that is contiguous."""
+    if memory_format in (None, torch.preserve_format) and t.is_contiguous():
+        return None
+    like = torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="meta")
+    strides = torch.empty_like(like, memory_format=memory_format or torch.preserve_format).stride()
+    return None if strides == contiguous_strides(tuple(t.shape)) else strides
 
 
 @storage_kernel(aten.copy_.default)

@@ -92,14 +92,20 @@ def to_numpy(t: torch.Tensor) -> np.ndarray:
     return t.numpy()
 
 
-def upload(cpu: torch.Tensor) -> Any:
-    """A flat device buffer holding a copy of a CPU tensor's elements in row-major order."""
+def upload(cpu: torch.Tensor, strides: tuple | None = None) -> Any:
+    """A flat device buffer holding a copy of a CPU tensor's elements in row-major order, or in
+    the memory order of `strides` (a dense layout of its shape)."""
     buffer_dtype(cpu.dtype)  # clear error for unsupported dtypes
     # One copy, into memory no one else holds: PJRT CPU aliases aligned host memory (torch's
     # allocator aligns to 64 bytes) instead of copying it again, and keeps the array alive.
-    private = torch.empty(cpu.shape, dtype=cpu.dtype)
+    if strides is None:
+        private = torch.empty(cpu.shape, dtype=cpu.dtype)
+        flat = private.view(-1)
+    else:
+        private = torch.empty_strided(cpu.shape, strides, dtype=cpu.dtype)
+        flat = private.as_strided((private.numel(),), (1,))
     private.copy_(cpu.detach())
-    return jax.device_put(to_numpy(private.view(-1)), device())
+    return jax.device_put(to_numpy(flat), device())
 
 
 def fills_storage(t: torch.Tensor) -> bool:
@@ -120,6 +126,7 @@ def adopt(t: torch.Tensor, host: torch.Tensor) -> None:
     allocation(t).buffer = jax.device_put(to_numpy(host.view(-1)), device())
 
 
-def to_device(cpu: torch.Tensor) -> torch.Tensor:
-    """A new contiguous neuron tensor equal to a CPU tensor."""
-    return new_tensor(cpu.shape, cpu.dtype, upload(cpu))
+def to_device(cpu: torch.Tensor, strides: tuple | None = None) -> torch.Tensor:
+    """A new neuron tensor equal to a CPU tensor: contiguous, or laid out as `strides` say (a
+    dense layout of its shape)."""
+    return new_tensor(cpu.shape, cpu.dtype, upload(cpu, strides), strides)

@@ -45,6 +45,16 @@ def contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(reversed(strides))
 
 
+def memory_order(shape: tuple[int, ...], strides: tuple[int, ...]) -> tuple[int, ...] | None:
+    """The dims from outermost to innermost in memory where (shape, strides) lays the elements
+    out densely with no overlap (a permutation of a contiguous layout); None otherwise."""
+    order = tuple(sorted(range(len(shape)), key=lambda d: -strides[d]))
+    permuted = contiguous_strides(tuple(shape[d] for d in order))
+    if any(shape[d] > 1 and strides[d] != s for d, s in zip(order, permuted)):
+        return None
+    return order
+
+
 def _plan(geom: Geometry) -> _Plan | None:
     """Describe `geom` as a strided cut of a dense block, or None if elements overlap."""
     dims = [d for d, (n, s) in enumerate(zip(geom.shape, geom.strides)) if n > 1 and s != 0]
