@@ -51,15 +51,15 @@ def test_disabled_fallback_names_the_op():
     code = """
 import os, torch
 os.environ["TORCH_NEURONX_DISABLE_FALLBACK"] = "1"
-image = torch.randn(1, 3, 8, 8, device="neuron", requires_grad=True)
-grid = torch.rand(1, 4, 4, 2, device="neuron") * 2 - 1
+x = torch.randn(4, 3, device="neuron", requires_grad=True)
+value = torch.tensor(2.0, device="neuron", requires_grad=True)
 try:
-    torch.nn.functional.grid_sample(image, grid, align_corners=False).sum().backward()
+    x.index_fill(0, torch.tensor([1, 3, 1], device="neuron"), value).sum().backward()
 except NotImplementedError as e:
     print("error:", e)
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert "aten.grid_sampler_2d_backward.default" in out.stdout
+    assert "aten._unique.default" in out.stdout
     assert "TORCH_NEURONX_DISABLE_FALLBACK=1" in out.stdout
 
 
@@ -67,15 +67,15 @@ def test_fallback_runs_on_cpu_and_is_counted():
     import torch_neuronx
 
     torch_neuronx.reset_metrics()
-    image, grid = torch.randn(1, 3, 8, 8), torch.rand(1, 4, 4, 2) * 2 - 1
     grads = []
     for device in ("cpu", "neuron"):
-        x = image.to(device).detach().requires_grad_()
-        torch.nn.functional.grid_sample(x, grid.to(device), align_corners=False).sum().backward()
-        grads.append(x.grad)
-    assert grads[1].device.type == "neuron"  # grid_sample's backward has no lowering
+        x = torch.ones(4, 3, device=device, requires_grad=True)
+        value = torch.tensor(2.0, device=device, requires_grad=True)
+        x.index_fill(0, torch.tensor([1, 3, 1], device=device), value).sum().backward()
+        grads.append(value.grad)
+    assert grads[1].device.type == "neuron"  # its backward takes the unique indices: aten._unique has no lowering
     torch.testing.assert_close(grads[1].cpu(), grads[0])
-    assert torch_neuronx.metrics()["fallbacks"]["aten.grid_sampler_2d_backward.default"] == 1
+    assert torch_neuronx.metrics()["fallbacks"]["aten._unique.default"] == 1
 
 
 def test_item_and_print():

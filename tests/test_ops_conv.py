@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as nnf
@@ -51,15 +52,22 @@ CONV_ENTRIES = [
     "nn.functional.pixel_unshuffle",
     "nn.functional.channel_shuffle",
     "nn.functional.local_response_norm",
+    "nn.functional.grid_sample",
+    "grid_sampler_2d",
+    "grid_sampler_3d",
 ]
 # PyTorch CPU's bfloat16 kernels of these round partial sums to bfloat16 (im2col + gemm +
-# col2im for transposed convolution, a bfloat16 running sum for 3-d adaptive pooling); neuron
-# accumulates in float32 and rounds once, so both are judged against the float32 result.
+# col2im for transposed convolution, a bfloat16 running sum for 3-d adaptive pooling, grid
+# sampling's coordinates and weights); neuron accumulates in float32 and rounds once, so both
+# are judged against the float32 result.
 ACCUMULATES_IN_BF16_ON_CPU = {
     "nn.functional.conv_transpose1d",
     "nn.functional.conv_transpose2d",
     "nn.functional.conv_transpose3d",
     "nn.functional.adaptive_avg_pool3d",
+    "nn.functional.grid_sample",
+    "grid_sampler_2d",
+    "grid_sampler_3d",
 }
 
 
@@ -70,7 +78,10 @@ def _opinfo(key: str) -> Any:
 
 # XLA's 3-d transposed convolution sums each gradient element's kernel-volume x channel terms in
 # another order than PyTorch's col2im; PyTorch's own OpInfo loosens float32 for it too (1e-4).
-SUMS_IN_ANOTHER_ORDER = {"nn.functional.conv_transpose3d"}
+# grid_sampler_3d's grid gradient sums 8 corners x 21 channels of differences that cancel, and
+# CPU's scalar kernel groups each corner's weight factors otherwise than the vjp does: one of
+# 79200 elements is 3e-5 apart (relative), as before the lowering shared the 2-d code.
+SUMS_IN_ANOTHER_ORDER = {"nn.functional.conv_transpose3d", "grid_sampler_3d"}
 
 
 @pytest.mark.parametrize("key", CONV_ENTRIES)
@@ -180,6 +191,39 @@ def test_avg_pool_divisors(count_include_pad: bool, divisor: int | None) -> None
             ),
             x,
         )
+
+
+@pytest.mark.parametrize(
+    "shape, kwargs",
+    [
+        ((2, 3, 2, 2), {"kernel_size": 1280, "ceil_mode": True}),  # EfficientNet's pooler on its tiny map
+        ((2, 3, 3, 4), {"kernel_size": 9, "stride": 1, "padding": 4}),
+        ((1, 2, 5, 3), {"kernel_size": (7, 3), "stride": (2, 5), "padding": (3, 1), "ceil_mode": True}),
+    ],
+)
+def test_pools_with_kernels_larger_than_the_input(shape: tuple, kwargs: dict) -> None:
+    x = torch.randn(*shape)
+
+    def pools(t: torch.Tensor) -> list:
+        t = t.detach().requires_grad_()
+        avg = nnf.avg_pool2d(t, **kwargs)
+        values, indices = nnf.max_pool2d(t, return_indices=True, **kwargs)
+        (avg.sum() + (values * 2).sum()).backward()
+        return [avg.detach(), values.detach(), indices, t.grad]
+
+    with fallback_disabled():
+        check(pools, x)
+
+
+def test_pool_windows_gather_only_offsets_that_reach_the_input() -> None:
+    """A 1280x1280 kernel over a 2x2 map gathers 4 taps, not 1.6 million slices of a padded
+    1280x1280 map (minutes of tracing: EfficientNet's pooler timed out the vision sweep)."""
+    from torch_neuronx.ops.pooling import Windows
+
+    windows = Windows((2, 3, 2, 2), (1280, 1280), (), (0, 0), (1, 1), True, inside_only=True)
+    assert windows.patches(np.zeros((2, 3, 2, 2)), 0).shape == (2, 3, 4, 1, 1)
+    padded = Windows((1, 1, 3), (9,), (1,), (4,), (1,), False, inside_only=True)
+    assert padded.offsets[0].tolist() == [2, 3, 4, 5, 6]  # offsets 0, 1, 7 and 8 read only padding
 
 
 # ---- upsampling and patches -------------------------------------------------------------

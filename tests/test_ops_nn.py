@@ -378,18 +378,49 @@ def test_fractional_max_pool_matches_cpu(shape: tuple, kernel: tuple, output: tu
         check(run, x, samples, grad)
 
 
+def _grid(shape: tuple, dtype: torch.dtype) -> torch.Tensor:
+    """Grid points inside and outside [-1, 1], with some exactly on -1 and 1 (with
+    align_corners, on the border pixels, where CPU passes no gradient through the clip)."""
+    grid = torch.rand(*shape, dtype=dtype) * 2.6 - 1.3
+    edges = grid.view(-1)[::5]
+    edges.copy_(torch.tensor([-1.0, 1.0], dtype=dtype).repeat(len(edges))[: len(edges)])
+    return grid
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("align_corners", [False, True])
+@pytest.mark.parametrize("padding", ["zeros", "border", "reflection"])
+@pytest.mark.parametrize("mode", ["bilinear", "nearest", "bicubic"])
+def test_grid_sample_2d_forward_backward(mode: str, padding: str, align_corners: bool, dtype: torch.dtype) -> None:
+    torch.manual_seed(0)
+    x = torch.randn(2, 3, 5, 7, dtype=dtype)
+    grid = _grid((2, 4, 6, 2), dtype)
+    weights = torch.randn(2, 3, 4, 6, dtype=dtype)
+
+    def run(x: torch.Tensor, grid: torch.Tensor, weights: torch.Tensor) -> list:
+        x, grid = x.requires_grad_(), grid.requires_grad_()
+        out = nnf.grid_sample(x, grid, mode, padding, align_corners)
+        (out * weights).sum().backward()
+        return [out.detach(), x.grad, grid.grad]
+
+    with fallback_disabled():
+        check(run, x, grid, weights)
+
+
 @pytest.mark.parametrize(
     "mode, padding, align_corners",
     [
         ("bilinear", "zeros", False),
         ("bilinear", "border", True),
         ("bilinear", "reflection", False),
+        ("bilinear", "reflection", True),
         ("nearest", "reflection", True),
     ],
 )
 def test_grid_sample_3d_forward_backward(mode: str, padding: str, align_corners: bool) -> None:
+    torch.manual_seed(0)
     x = torch.randn(2, 3, 4, 5, 6)
-    grid = torch.rand(2, 3, 4, 2, 3) * 2.4 - 1.2  # some points outside [-1, 1]
+    grid = _grid((2, 3, 4, 2, 3), torch.float32)
     weights = torch.randn(2, 3, 3, 4, 2)
 
     def run(x: torch.Tensor, grid: torch.Tensor, weights: torch.Tensor) -> list:
@@ -400,6 +431,17 @@ def test_grid_sample_3d_forward_backward(mode: str, padding: str, align_corners:
 
     with fallback_disabled():
         check(run, x, grid, weights)
+
+
+@pytest.mark.parametrize("nd", [2, 3])
+def test_grid_sampler_backward_output_mask(nd: int) -> None:
+    """Like CPU, the input's gradient only where output_mask[0] asks, the grid's always."""
+    op = getattr(torch.ops.aten, f"grid_sampler_{nd}d_backward").default
+    x, grid = torch.randn(1, 2, *[4] * nd), torch.rand(1, *[3] * nd, nd) * 2 - 1
+    grad = torch.randn(1, 2, *[3] * nd)
+    with fallback_disabled():
+        for mask in ([True, True], [False, True], [True, False]):
+            check(lambda g, x, grid, mask=mask: op(g, x, grid, 0, 0, False, mask), grad, x, grid)
 
 
 # ---- CPU's rounding in float16/bfloat16 ---------------------------------------------------

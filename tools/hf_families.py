@@ -73,6 +73,18 @@ SAMPLES = 8000  # raw audio samples (half a second at 16 kHz)
 GENERATIVE = {"seq2seq", "speech", "vlm"}
 
 
+# Why neuron does not reproduce CPU's choice among tied top-k values (both topk diagnoses end with it).
+_TOPK_TIES = (
+    " CPU's tie order follows no rule that could be matched: ATen's topk_impl_loop (TopKImpl.h) compares values "
+    "only and selects with std::partial_sort when k * 64 <= n, else with std::nth_element and a std::sort of "
+    "the first k - 1; none is stable, so tied indices come out as libstdc++'s heap select, introselect and "
+    "introsort leave them (zeros: topk(8) of 12 gives [6, 11, 10, 9, 8, 7, 3, 1], topk(4) of 12 [9, 7, 8, 6], "
+    "topk(8) of 16 [12, 9, 10, 11, 14, 15, 8, 13], topk(4) of 300, the partial_sort path, [1, 3, 0, 2]), and "
+    "torch.topk's documentation says the indices of tied elements are not guaranteed to be stable. Matching "
+    "it would mean reimplementing one C++ standard library's selection algorithms, so neuron keeps XLA's "
+    "order (lowest index first)."
+)
+
 # What investigation found behind failures whose records show only a difference (for the report).
 DIAGNOSES = {
     ("vlm", "qwen4_exp"): (
@@ -80,20 +92,26 @@ DIAGNOSES = {
         "relu-summed scores; with the 12-token image prompt (more than the 8-token budget) 2 of its 6 selections "
         "have an exact tie at 0 on the top-k boundary (measured on CPU), and which tied block topk returns is "
         "unspecified, so CPU and neuron attend to different blocks. The causal sweep's 8-token prompt fits "
-        "the budget and passes."
+        "the budget and passes." + _TOPK_TIES
     ),
     ("vision", "efficientnet"): (
-        "Not diagnosed yet: the record times out (300 s in the full run, 420 s alone). The eval forward on "
-        "neuron alone, synchronized after every module, takes about 0.02 s a module and the CPU forward 3 s, "
-        "so the time goes elsewhere in the run (generation does not apply; the training step or its float64 "
-        "rerun are the suspects)."
+        "Not a backend error: float32 summation order in a degenerate tiny model. (The former timeout was the "
+        "backend's: avg_pool2d with EfficientNet's 1280x1280 pooler kernel over a 2x2 map traced 1.6 million "
+        "slices; fixed.) Train-mode batch norm cannot renormalize maps whose variance is far below its eps "
+        "(1e-3), so activations shrink to 1e-31 by the last block and every parameter gradient is below 1.6e-31, "
+        "while the gradients of the activations are about 1e-3. A batch-norm bias gradient is then the channel "
+        "sum of [a, a, a, a, -a, -a, -a, -a] (two images of opposite labels, 2x2 pixels; checked exactly "
+        "antisymmetric on both devices): exactly 0 on CPU (per image, then across images) and one float32 "
+        "rounding of 4a (up to 2.3e-10) in XLA's order (plain `sum` too: 44 of 64 channels in a "
+        "synthetic check), so project_bn.bias gets 1.2e-10 against a largest gradient of 1.6e-31 and AdamW "
+        "turns it into a 1.2e-5 step; the float64 rerun gives 0 like CPU. The eval forward matches exactly."
     ),
     ("vlm", "mistral_large4"): (
         "Not a backend error: the text model's DeepSeek-V3.2-style sparse attention keeps `topk(8)` of 12 "
         "relu-scored keys per query; on CPU 26 of those rows have exact ties at 0 on the top-k boundary "
         "(all-zero rows included). Which tied index topk returns is unspecified: PyTorch CPU returns e.g. "
         "[6, 11, 10, 9, 8, 7, 3, 1] for topk(8) of 12 zeros, neuron (XLA) the lowest indices, so the two "
-        "attend to different keys; the training step differs for the same reason."
+        "attend to different keys; the training step differs for the same reason." + _TOPK_TIES
     ),
 }
 

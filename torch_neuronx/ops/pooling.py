@@ -87,7 +87,11 @@ class Windows:
         padding: Sequence[int],
         dilation: Sequence[int],
         ceil_mode: bool,
+        inside_only: bool = False,
     ) -> None:
+        """`inside_only` leaves out the kernel offsets whose taps all fall in the padding, which a
+        pool ignores: a kernel far larger than its input (EfficientNet pools a 2x2 map with a
+        1280x1280 kernel) would otherwise slice, pad and stack all of its offsets."""
         nd = len(kernel)
         self.nd, self.kernel = nd, tuple(kernel)
         self.stride = tuple(stride) if stride else self.kernel
@@ -97,24 +101,31 @@ class Windows:
             _pool_out(n, k, s, p, d, ceil_mode)
             for n, k, s, p, d in zip(self.size, self.kernel, self.stride, self.padding, self.dilation)
         )
-        # Per dim, the input coordinate of (kernel offset, output position); may fall outside.
-        self.coords = [
-            np.arange(k)[:, None] * d + np.arange(o)[None, :] * s - p
-            for k, s, p, d, o in zip(self.kernel, self.stride, self.padding, self.dilation, self.out)
-        ]
+        # Per dim, the kernel offsets taken and the input coordinate of each (offset, output
+        # position); a coordinate may fall outside the input.
+        self.offsets, self.coords = [], []
+        for n, k, s, p, d, o in zip(self.size, self.kernel, self.stride, self.padding, self.dilation, self.out):
+            offsets = np.arange(k)
+            coords = offsets[:, None] * d + np.arange(o)[None, :] * s - p
+            if inside_only:
+                touches = ((coords >= 0) & (coords < n)).any(axis=1)
+                offsets, coords = offsets[touches], coords[touches]
+            self.offsets.append(offsets)
+            self.coords.append(coords)
 
     def patches(self, x: Any, fill: Any) -> Any:
-        """x[..., *spatial] -> [..., K, *out] (K = prod(kernel), kernel offsets row-major)."""
-        pads = [(0, 0)] * (x.ndim - self.nd)
-        for n, k, s, p, d, o in zip(self.size, self.kernel, self.stride, self.padding, self.dilation, self.out):
-            pads.append((p, max(0, (o - 1) * s + d * (k - 1) + 1 - n - p)))
-        xp = jnp.pad(x, pads, constant_values=fill)
+        """x[..., *spatial] -> [..., K, *out] (K = the number of offset combinations, row-major)."""
         lead = x.ndim - self.nd
+        pads = [(0, 0)] * lead
+        for n, coords in zip(self.size, self.coords):
+            pads.append((max(0, -int(coords.min())), max(0, int(coords.max()) + 1 - n)))
+        xp = jnp.pad(x, pads, constant_values=fill)
         slices = []
-        for offsets in itertools.product(*(range(k) for k in self.kernel)):
+        for combination in itertools.product(*(range(len(offsets)) for offsets in self.offsets)):
             index = [slice(None)] * lead
-            for off, s, d, o in zip(offsets, self.stride, self.dilation, self.out):
-                index.append(slice(off * d, off * d + (o - 1) * s + 1, s))
+            for i, coords, s, (low, _) in zip(combination, self.coords, self.stride, pads[lead:]):
+                start = int(coords[i, 0]) + low
+                index.append(slice(start, start + (coords.shape[1] - 1) * s + 1, s))
             slices.append(xp[tuple(index)])
         return jnp.stack(slices, axis=lead)
 
@@ -127,7 +138,7 @@ class Windows:
             shape[dim], shape[self.nd + dim] = value.shape
             value = value.reshape(shape)
             result = value if result is None else combine(result, value)
-        k = math.prod(self.kernel)
+        k = math.prod(len(offsets) for offsets in self.offsets)
         return np.asarray(result).reshape((k, *self.out))
 
     def flat_index(self) -> np.ndarray:
@@ -196,7 +207,7 @@ def _max_pool(nd: int) -> Callable[..., Any]:
             ceil_mode,
         )
         check_pooling(f"max_pool{nd}d", x.shape, *params)
-        return _argmax_pool(x, Windows(x.shape, *params))
+        return _argmax_pool(x, Windows(x.shape, *params, inside_only=True))
 
     return max_pool_with_indices
 
@@ -256,7 +267,7 @@ def _avg_pool(nd: int) -> Callable[..., Any]:
         fail_unless(x.ndim in (nd + 1, nd + 2), op, f"non-empty {ranks} (batch mode) tensor expected for input")
         fail_unless(divisor_override != 0, op, "divisor must be not zero")
         check_pooling(op, x.shape, *params, ceil_mode)
-        windows = Windows(x.shape, *params, ceil_mode)
+        windows = Windows(x.shape, *params, ceil_mode, inside_only=True)
         total = windows.patches(x, 0).sum(axis=x.ndim - nd)
         return total / (divisor_override or _avg_divisor(windows, count_include_pad).astype(x.dtype))
 

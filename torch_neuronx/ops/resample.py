@@ -1,14 +1,16 @@
 """Resampling and rearranging pixels: upsampling (nearest, nearest-exact, linear, bicubic and
-the antialiased filters; 1-, 2- and 3-d, with backward), 3-d grid sampling, and pixel and
-channel shuffles.
+the antialiased filters; 1-, 2- and 3-d, with backward), grid sampling (2- and 3-d, with
+backward), and pixel and channel shuffles.
 
 Upsampling follows PyTorch's CPU kernels: each axis is resampled in turn, last to first, by
 static source indices and per-output weights, in the input's opmath dtype (the nearest modes
 only gather, in the input's own dtype). The backward is the `jax.vjp` of the forward. Grid
 sampling follows PyTorch's grid_sampler_compute_source_index (unnormalize, then clip for
-"border" or reflect and clip for "reflection") and gathers the 8 trilinear corners or the
-nearest voxel (rounded half to even), taps outside the volume reading 0. Shuffles are a reshape
-and a transpose.
+"border" or reflect and clip for "reflection") and gathers the bilinear/trilinear corners or
+the nearest pixel (rounded half to even), taps outside the input reading 0; bicubic pads each
+of its 16 taps instead. Its backward is the `jax.vjp` of the forward, which gives CPU's
+gradients: none through floor, round or a clipped coordinate. Shuffles are a reshape and a
+transpose.
 """
 
 from __future__ import annotations
@@ -27,9 +29,9 @@ from ._common import linear_vjp, opmath_dtype
 aten = torch.ops.aten
 
 
-# ---- grid sampling (3-d) ---------------------------------------------------------------------
+# ---- grid sampling ----------------------------------------------------------------------
 
-_BILINEAR, _NEAREST = 0, 1
+_BILINEAR, _NEAREST, _BICUBIC = 0, 1, 2
 _ZEROS, _BORDER, _REFLECTION = 0, 1, 2
 
 
@@ -42,58 +44,111 @@ def _reflect(x: Any, twice_low: int, twice_high: int) -> Any:
     return jnp.where(flips % 2 == 0, extra + low, span - extra + low)
 
 
-def _source_index(coord: Any, size: int, padding: int, align_corners: bool) -> Any:
-    """Where a normalized grid coordinate in [-1, 1] falls in an axis of `size` voxels."""
-    x = (coord + 1) / 2 * (size - 1) if align_corners else ((coord + 1) * size - 1) / 2
+def _clip(x: Any, size: int) -> Any:
+    """PyTorch's clip_coordinates: a coordinate on a border gets no gradient (CPU counts borders
+    as clipped; jnp.clip would pass half the gradient there), and NaN becomes 0 as in the 2-d
+    CPU kernel."""
+    return jnp.where(x > 0, jnp.where(x < size - 1, x, size - 1), 0)
+
+
+def _pad_coordinate(x: Any, size: int, padding: int, align_corners: bool) -> Any:
+    """PyTorch's compute_coordinates: a pixel coordinate moved inside the input by the padding
+    mode ("zeros" leaves it, and its taps outside read 0)."""
     if padding == _REFLECTION:
         x = _reflect(x, 0, 2 * (size - 1)) if align_corners else _reflect(x, -1, 2 * size - 1)
     if padding in (_BORDER, _REFLECTION):
-        x = jnp.clip(x, 0, size - 1)
+        x = _clip(x, size)
     return x
+
+
+def _unnormalize(coord: Any, size: int, align_corners: bool) -> Any:
+    """Where a normalized grid coordinate in [-1, 1] falls in an axis of `size` pixels."""
+    return (coord + 1) / 2 * (size - 1) if align_corners else ((coord + 1) * size - 1) / 2
+
+
+def _tap(flat: Any, spatial: Sequence[int], coords: Sequence[Any]) -> Any:
+    """The input `flat` [n, c, prod(spatial)] at integral float coordinates `coords` (one
+    [n, *points] array per axis, in the grid's order: x first); 0 outside the input."""
+    n = flat.shape[0]
+    inside, index = True, 0
+    for size, coord in zip(spatial, reversed(coords)):
+        inside = inside & (coord >= 0) & (coord < size)
+        index = index * size + jnp.clip(coord, 0, size - 1).astype(jnp.int64)
+    values = jnp.take_along_axis(flat, index.reshape(n, 1, -1), axis=2)
+    return jnp.where(inside.reshape(n, 1, -1), values, 0)
+
+
+def _grid_sample(x: Any, grid: Any, interpolation_mode: int, padding_mode: int, align_corners: bool) -> Any:
+    """grid_sampler_2d and _3d as PyTorch's CPU kernels compute them, in the input's opmath
+    dtype; the gradients are this function's `jax.vjp` (floor and round pass none)."""
+    n, c, *spatial = x.shape
+    compute = opmath_dtype(x)
+    g = grid.astype(compute)
+    sizes = spatial[::-1]  # the grid's last dim is (x, y[, z])
+    flat = x.reshape(n, c, -1).astype(compute)
+    if interpolation_mode == _BICUBIC:
+        # Bicubic taps the 4x4 pixels around the unpadded coordinate and pads each tap's
+        # coordinate: padding the coordinate first would move the taps (CPU's note).
+        coords = [_unnormalize(g[..., i], size, align_corners) for i, size in enumerate(sizes)]
+        (ix, iy), (wx, wy) = zip(*((jnp.floor(v), _cubic_weights(v - jnp.floor(v))) for v in coords))
+        out = 0
+        for j in range(4):
+            ty = _pad_coordinate(iy + (j - 1), sizes[1], padding_mode, align_corners)
+            row = 0
+            for i in range(4):
+                tx = _pad_coordinate(ix + (i - 1), sizes[0], padding_mode, align_corners)
+                row = row + wx[..., i].reshape(n, 1, -1) * _tap(flat, spatial, (tx, ty))
+            out = out + wy[..., j].reshape(n, 1, -1) * row
+    else:
+        coords = [
+            _pad_coordinate(_unnormalize(g[..., i], size, align_corners), size, padding_mode, align_corners)
+            for i, size in enumerate(sizes)
+        ]
+        if interpolation_mode == _NEAREST:  # rounded half to even, as CPU's nearbyint
+            out = _tap(flat, spatial, [jnp.round(v) for v in coords])
+        else:  # the corners in CPU's order (x fastest), weights products of 1 - frac and frac
+            low = [jnp.floor(v) for v in coords]
+            frac = [v - lo for v, lo in zip(coords, low)]
+            out = 0
+            for corner in range(2 ** len(sizes)):
+                bits = [(corner >> i) & 1 for i in range(len(sizes))]
+                weight = 1
+                for f, bit in zip(frac, bits):
+                    weight = weight * (f if bit else 1 - f)
+                out = out + _tap(flat, spatial, [lo + bit for lo, bit in zip(low, bits)]) * weight.reshape(n, 1, -1)
+    return out.reshape(n, c, *grid.shape[1:-1]).astype(x.dtype)
+
+
+@lowering(aten.grid_sampler_2d.default)
+def grid_sampler_2d(x: Any, grid: Any, interpolation_mode: int, padding_mode: int, align_corners: bool) -> Any:
+    return _grid_sample(x, grid, interpolation_mode, padding_mode, align_corners)
 
 
 @lowering(aten.grid_sampler_3d.default)
 def grid_sampler_3d(x: Any, grid: Any, interpolation_mode: int, padding_mode: int, align_corners: bool) -> Any:
-    if interpolation_mode not in (_BILINEAR, _NEAREST):
+    if interpolation_mode == _BICUBIC:
         raise RuntimeError("grid_sampler(): bicubic interpolation only supports 4D input")
-    n, c, depth, height, width = x.shape
-    compute = opmath_dtype(x)
-    g = grid.astype(compute)
-    sizes = (width, height, depth)  # the grid's last dim is (x, y, z)
-    coords = [_source_index(g[..., i], sizes[i], padding_mode, align_corners) for i in range(3)]
-    flat = x.reshape(n, c, -1).astype(compute)
-    points = grid.shape[1:4]
-
-    def tap(ix: Any, iy: Any, iz: Any) -> Any:
-        inside = (ix >= 0) & (ix < width) & (iy >= 0) & (iy < height) & (iz >= 0) & (iz < depth)
-        index = (jnp.clip(iz, 0, depth - 1) * height + jnp.clip(iy, 0, height - 1)) * width + jnp.clip(ix, 0, width - 1)
-        values = jnp.take_along_axis(flat, index.reshape(n, 1, -1).astype(jnp.int64), axis=2)
-        return jnp.where(inside.reshape(n, 1, -1), values, 0)
-
-    if interpolation_mode == _NEAREST:
-        out = tap(*(jnp.round(v).astype(jnp.int64) for v in coords))
-    else:
-        low = [jnp.floor(v) for v in coords]
-        frac = [v - lo for v, lo in zip(coords, low)]
-        low = [lo.astype(jnp.int64) for lo in low]
-        out = 0
-        for corner in range(8):
-            bits = [(corner >> i) & 1 for i in range(3)]
-            weight = 1
-            for i, bit in enumerate(bits):
-                weight = weight * (frac[i] if bit else 1 - frac[i])
-            out = out + tap(*(low[i] + bits[i] for i in range(3))) * weight.reshape(n, 1, -1)
-    return out.reshape(n, c, *points).astype(x.dtype)
+    return _grid_sample(x, grid, interpolation_mode, padding_mode, align_corners)
 
 
-@lowering(aten.grid_sampler_3d_backward.default)
-def grid_sampler_3d_backward(
-    grad: Any, x: Any, grid: Any, interpolation_mode: int, padding_mode: int, align_corners: bool, output_mask: Any
+@lowering(aten.grid_sampler_2d_backward.default, aten.grid_sampler_3d_backward.default)
+def grid_sampler_backward(
+    grad: Any,
+    x: Any,
+    grid: Any,
+    interpolation_mode: int,
+    padding_mode: int,
+    align_corners: bool,
+    output_mask: Sequence[bool],
 ) -> tuple[Any, Any]:
-    _, pullback = jax.vjp(
-        lambda x, grid: grid_sampler_3d(x, grid, interpolation_mode, padding_mode, align_corners), x, grid
-    )
-    return pullback(grad)
+    """The input's gradient where output_mask[0] asks for it, the grid's always (as CPU)."""
+
+    def sample(x: Any, grid: Any) -> Any:
+        return _grid_sample(x, grid, interpolation_mode, padding_mode, align_corners)
+
+    if output_mask[0]:
+        return jax.vjp(sample, x, grid)[1](grad)
+    return None, jax.vjp(lambda grid: sample(x, grid), grid)[1](grad)[0]
 
 
 # ---- upsampling -------------------------------------------------------------------------
