@@ -20,6 +20,7 @@ from torch_neuronx.runtime import cache
 
 # Three eager ops (mul, add, sum: three store entries, each with XLA's copy of its module) and
 # one compiled graph (one XLA module); prints the results and the eager executables built/loaded.
+# The process also leaves its sequence (the order it used the store's entries in): one entry.
 _SCRIPT = """
 import json, torch, torch_neuronx
 x = torch.arange(12.0).reshape(3, 4).to("neuron")
@@ -29,7 +30,8 @@ m = torch_neuronx.metrics()
 print(json.dumps({"y": y.cpu().tolist(), "z": z.cpu().tolist(),
                   "built": m["cache_misses"] - m["executables_loaded"], "loaded": m["executables_loaded"]}))
 """
-EAGER_OPS, GRAPHS = 3, 1
+EAGER_OPS, GRAPHS, SEQUENCES = 3, 1, 1
+ENTRIES = EAGER_OPS + GRAPHS + SEQUENCES
 
 
 def _expected() -> dict:
@@ -85,31 +87,33 @@ def test_show_lists_every_file_by_kind(root: Path, monkeypatch, capsys) -> None:
     shown = _show(root, monkeypatch, capsys)
     assert shown["directory"] == str(root)
     assert shown["bytes"] == sum(files.values())
-    assert shown["entries"] == EAGER_OPS + GRAPHS
+    assert shown["entries"] == ENTRIES
     stored = [name for name in files if name.startswith("executables/")]
     copies = [name for name in files if name.startswith("jit_aten_")]
     graphs = [name for name in files if name.startswith("jit_neuron_")]
     assert len(stored) == len(copies) == EAGER_OPS and len(graphs) == GRAPHS
     assert shown["kinds"]["eager"] == {"entries": EAGER_OPS, "bytes": sum(files[n] for n in stored + copies)}
     assert shown["kinds"]["graph"] == {"entries": GRAPHS, "bytes": sum(files[n] for n in graphs)}
+    sequences = [name for name in files if name.startswith("sequences/")]
+    assert shown["kinds"]["sequence"] == {"entries": SEQUENCES, "bytes": sum(files[n] for n in sequences)}
     assert shown["kinds"]["eager_xla"]["entries"] == shown["kinds"]["other"]["entries"] == 0
     assert shown["unrecognized"] == [] and shown["max_bytes"] is None
     cli.main(["cache"])  # the table a user reads
     table = capsys.readouterr().out
-    assert f"entries:   {EAGER_OPS + GRAPHS}" in table and "limit:     none" in table
+    assert f"entries:   {ENTRIES}" in table and "limit:     none" in table
 
 
 def test_clear_removes_every_entry_and_the_cache_refills(root: Path, monkeypatch, capsys) -> None:
     (root / "notes.txt").write_text("not the cache's")
     monkeypatch.setenv("TORCH_NEURONX_CACHE_DIR", str(root))
     cli.main(["cache", "clear"])
-    assert capsys.readouterr().out.startswith(f"removed {EAGER_OPS + GRAPHS} entries")
+    assert capsys.readouterr().out.startswith(f"removed {ENTRIES} entries")
     assert set(_files(root)) == {"notes.txt"}  # files neither writer made are kept
     shown = _show(root, monkeypatch, capsys)
     assert shown["entries"] == 0 and shown["unrecognized"] == [str(root / "notes.txt")]
     again = _run(root)
     assert again["built"] == EAGER_OPS and again["loaded"] == 0
-    assert _show(root, monkeypatch, capsys)["entries"] == EAGER_OPS + GRAPHS
+    assert _show(root, monkeypatch, capsys)["entries"] == ENTRIES
 
 
 def test_prune_removes_least_recently_used_first(root: Path, monkeypatch, capsys) -> None:
@@ -131,7 +135,7 @@ def test_prune_removes_least_recently_used_first(root: Path, monkeypatch, capsys
     # the pruned eager op lost its XLA copy too, so the store saves it again
     again = _run(root)
     assert again["built"] == 1 and again["loaded"] == EAGER_OPS - 1
-    assert _show(root, monkeypatch, capsys)["entries"] == EAGER_OPS + GRAPHS
+    assert _show(root, monkeypatch, capsys)["entries"] == ENTRIES
     cli.main(["cache", "prune", "--max-size", "1G"])
     assert capsys.readouterr().out.startswith("removed 0 ")
 
@@ -141,7 +145,7 @@ def test_the_runtime_keeps_the_size_limit(tmp_path: Path, monkeypatch, capsys) -
     _run(tmp_path, TORCH_NEURONX_CACHE_MAX_SIZE="20K")  # checked once, as the process exits
     shown = _show(tmp_path, monkeypatch, capsys)
     assert 0 < shown["bytes"] <= limit
-    assert shown["entries"] < EAGER_OPS + GRAPHS
+    assert shown["entries"] < ENTRIES
 
 
 def test_sizes_parse_and_bad_ones_name_the_setting(monkeypatch, capsys) -> None:
@@ -171,13 +175,20 @@ def test_kinds_by_name_and_checks_every_few_writes(tmp_path: Path, monkeypatch) 
         f"jit_neuron_forward-{'3' * 64}-cache": 30,
         f"jit__lambda-{'4' * 64}-cache": 40,
         "executables/tmpk2j4": 50,  # an unfinished store write
+        f"sequences/{'cd' * 32}": 5,  # a program's sequence
         ".lockfile": 0,  # JAX's, not an entry
     }
     for path, size in files.items():
         (tmp_path / path).parent.mkdir(exist_ok=True)
         (tmp_path / path).write_bytes(b"x" * size)
     contents = cache.scan(tmp_path)
-    assert contents.by_kind() == {"eager": (1, 110), "graph": (1, 30), "eager_xla": (1, 28), "other": (2, 90)}
+    assert contents.by_kind() == {
+        "eager": (1, 110),
+        "graph": (1, 30),
+        "eager_xla": (1, 28),
+        "sequence": (1, 5),
+        "other": (2, 90),
+    }
     assert contents.unrecognized == [str(tmp_path / ".lockfile")]
     eager = next(e for e in contents.entries if e.kind == "eager")
     assert eager.paths[-1].endswith(f"executables/{name}")  # XLA's copy goes first
@@ -188,7 +199,7 @@ def test_kinds_by_name_and_checks_every_few_writes(tmp_path: Path, monkeypatch) 
     monkeypatch.setattr(cache, "_interval", 3)
     cache.note_write()
     cache.note_write()
-    assert cache.scan(tmp_path).size == 258
+    assert cache.scan(tmp_path).size == 263
     cache.note_write()
     assert cache.scan(tmp_path).size <= 200
     assert cache._unchecked == 0

@@ -131,3 +131,44 @@ def test_a_loaded_executable_that_calls_lapack_runs_first_thing(tmp_path: Path) 
     cold, warm = run(), run()
     assert cold["loaded"] == 0 and warm["loaded"] >= 1
     torch.testing.assert_close(torch.tensor(warm["l"]), torch.tensor(expected))
+
+
+_AHEAD = """
+import json, threading, torch, torch_neuronx
+from torch_neuronx.eager import executable_store
+x = torch.arange(6.0).to("neuron")
+first = x + 1  # the process's first look-up starts loading its program's last sequence ahead
+for thread in threading.enumerate():
+    if thread.name == "torchneuron-load-ahead":
+        thread.join()
+ahead = sum(f.done() and f.result() is not None for f in executable_store._ahead.values())
+rest = [x * 2, x.sin(), x.exp(), x.sum()]
+print(json.dumps({"values": [t.cpu().tolist() for t in [first, *rest]], "ahead": ahead,
+                  "loaded": torch_neuronx.metrics()["executables_loaded"]}))
+"""
+
+
+def test_a_warm_run_loads_its_programs_executables_ahead(tmp_path: Path) -> None:
+    """Each run writes down the order in which it used entries; the next run of the same command
+    line loads them on a background thread, so an op finds its executable already loaded."""
+
+    def run() -> dict:
+        out = subprocess.run(
+            [sys.executable, "-c", _AHEAD],
+            env={**os.environ, "TORCH_NEURONX_CACHE_DIR": str(tmp_path)},
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert out.returncode == 0, out.stderr[-3000:]
+        return json.loads(out.stdout.strip().splitlines()[-1])
+
+    cold, warm = run(), run()
+    assert len(list((tmp_path / "sequences").iterdir())) == 1
+    assert cold["ahead"] == cold["loaded"] == 0
+    assert warm["ahead"] == 4 and warm["loaded"] == 5  # every op but the first found its executable loaded
+    x = torch.arange(6.0)
+    expected = [x + 1, x * 2, x.sin(), x.exp(), x.sum()]
+    for got in (cold, warm):
+        for value, want in zip(got["values"], expected):
+            torch.testing.assert_close(torch.tensor(value), want)

@@ -16,17 +16,26 @@ compiled in this process are saved: one it loaded from its own persistent cache 
 without its compiled functions on the CPU platform. So that XLA's cache never answers a compile
 this store missed, each stored executable's module is named after its entry (`module_suffix`);
 the check stays for two processes compiling one module at once.
+
+Loading an entry costs milliseconds (XLA deserializes it), which a warm process would pay op by op
+as it meets them. So each process writes down, at exit, the order in which it used entries
+(`sequences/<sha256>`, one per command line and fingerprint), and the next run of the same
+command loads those entries ahead, in that order, on a background thread (XLA releases the GIL
+while it deserializes): by the time an op needs its executable it is usually there.
 """
 
 from __future__ import annotations
 
+import atexit
 import functools
 import hashlib
 import importlib.metadata
 import os
 import pickle
+import sys
 import tempfile
 import threading
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +50,11 @@ from ..runtime.platform import device, platform_name
 _PACKAGE = Path(__file__).resolve().parents[1]
 _XLA_CACHE_HIT = "/jax/compilation_cache/cache_hits"
 _thread = threading.local()
+SEQUENCE_LIMIT = 512  # entries a sequence keeps, so a run loads at most this many ahead
+_used: dict[str, None] = {}  # entries this process used, in first-use order: its sequence
+_ahead: dict[str, Future] = {}  # entries the background thread is to load, by name
+_ahead_lock = threading.Lock()
+_ahead_started = False
 
 
 def _count_xla_cache_hit(event: str, **_: Any) -> None:
@@ -94,18 +108,69 @@ def _path(signature: str) -> Path:
 
 def load(signature: str) -> tuple[Any, Any] | None:
     """The executable (a `jax.stages.Compiled`) and metadata saved under `signature`, or None."""
+    _load_ahead()
+    name = _name(signature)
+    _used.setdefault(name)
+    future = _ahead.pop(name, None)
+    found = future.result() if future is not None and not future.cancel() else _read(name)
+    if found is None or found[0] != signature:
+        return None
+    return found[1], found[2]
+
+
+def _read(name: str) -> tuple[str, Any, Any] | None:
+    """(signature, executable, metadata) of entry `name`, or None where it is missing or unusable."""
     try:
-        stored, payload, in_tree, out_tree, meta = pickle.loads(_path(signature).read_bytes())
-        if stored != signature:
-            return None
+        stored, payload, in_tree, out_tree, meta = pickle.loads((cache.directory() / cache.STORE / name).read_bytes())
         _custom_calls_ready()
         compiled = serialize_executable.deserialize_and_load(payload, in_tree, out_tree, execution_devices=[device()])
     except FileNotFoundError:
         return None
     except Exception as error:  # a stale or damaged entry: build the executable instead
-        log.debug("executable store: ignoring the entry for %s (%s)", signature, error)
+        log.debug("executable store: ignoring entry %s (%s)", name, error)
         return None
-    return compiled, meta
+    return stored, compiled, meta
+
+
+def _sequence_path() -> Path:
+    """This program's sequence: one per command line, under the fingerprint."""
+    program = hashlib.sha256(_fingerprint() + "\0".join(sys.argv).encode()).hexdigest()
+    return cache.directory() / cache.SEQUENCES / program
+
+
+def _load_ahead() -> None:
+    """On the process's first look-up: start loading the entries its program's last run used."""
+    global _ahead_started
+    with _ahead_lock:
+        if _ahead_started:
+            return
+        _ahead_started = True
+    try:
+        names = _sequence_path().read_text().split()[:SEQUENCE_LIMIT]
+    except OSError:
+        names = []
+    _ahead.update((name, Future()) for name in names)
+    thread = threading.Thread(target=_load_in_order, args=(names,), name="torchneuron-load-ahead", daemon=True)
+    thread.start()
+    atexit.register(_at_exit, thread, names)
+
+
+def _load_in_order(names: list[str]) -> None:
+    for name in names:
+        future = _ahead.get(name)
+        if future is not None and future.set_running_or_notify_cancel():
+            future.set_result(_read(name))
+
+
+def _at_exit(thread: threading.Thread, previous: list[str]) -> None:
+    """Stop loading ahead, and keep this run's sequence for the next."""
+    for future in list(_ahead.values()):
+        future.cancel()
+    thread.join()
+    _ahead.clear()
+    used = list(_used)[:SEQUENCE_LIMIT]
+    if used and used != previous and _write_atomically(_sequence_path(), "\n".join(used).encode()):
+        cache.note_write()
 
 
 @functools.cache
@@ -118,15 +183,24 @@ def _custom_calls_ready() -> None:
 
 def save(signature: str, compiled: Any, meta: Any) -> None:
     """Keep `compiled` (a `jax.stages.Compiled`) and `meta` (picklable) under `signature`."""
+    _used.setdefault(_name(signature))
     try:
         payload, in_tree, out_tree = serialize_executable.serialize(compiled)
         data = pickle.dumps((signature, payload, in_tree, out_tree, meta), protocol=pickle.HIGHEST_PROTOCOL)
-        path = _path(signature)
+    except Exception as error:
+        log.debug("executable store: could not serialize %s (%s)", signature, error)
+        return
+    if _write_atomically(_path(signature), data):
+        cache.note_write()
+
+
+def _write_atomically(path: Path, data: bytes) -> bool:
+    try:
         path.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=path.parent, delete=False) as tmp:
             tmp.write(data)
         os.replace(tmp.name, path)
-    except Exception as error:  # a full or read-only disk costs the next process a compile, nothing more
-        log.debug("executable store: could not keep %s (%s)", signature, error)
-        return
-    cache.note_write()
+    except OSError as error:  # a full or read-only disk costs the next process a compile, nothing more
+        log.debug("executable store: could not write %s (%s)", path, error)
+        return False
+    return True

@@ -5,6 +5,8 @@ Two writers share the directory; every entry is a file of theirs (any other file
 
 - the executable store (`eager/executable_store.py`): `executables/<sha256>`, one eager op
   executable per file (`executables/tmp*` while a write is unfinished);
+- the executable store's sequences: `sequences/<sha256>`, the order in which one program (command
+  line) used store entries, which its next run loads ahead on a background thread;
 - XLA's persistent compilation cache (JAX's `jax_compilation_cache_dir`): `<module>-<key>-cache`,
   one compiled module per file (with `<module>-<key>-atime` where JAX's own eviction is on).
   Only the module's name says whose it is: a torch.compile graph's is `jit_neuron_<kind>`; a
@@ -42,6 +44,7 @@ from .debug import log
 
 MAX_SIZE_VARIABLE = "TORCH_NEURONX_CACHE_MAX_SIZE"
 STORE = "executables"  # the executable store's folder in the cache directory
+SEQUENCES = "sequences"  # its sequences' folder
 TAG_DIGITS = 12  # hex digits of a store entry's name that end its module's name in XLA's cache
 
 # kind -> what it is; an entry has exactly one kind
@@ -49,6 +52,7 @@ KINDS = {
     "eager": "eager op executables (executables/<sha256>, with XLA's copy of each module)",
     "graph": "torch.compile graphs (XLA's cache, jit_neuron_*)",
     "eager_xla": "eager op modules in XLA's cache only (no store entry: an older version, or not storable)",
+    "sequence": "orders in which a program used eager executables (sequences/<sha256>), loaded ahead by its next run",
     "other": "XLA modules of unknown origin (JAX computations outside this package) and unfinished writes",
 }
 
@@ -176,6 +180,10 @@ def scan(root: Path | None = None) -> Contents:
             contents.unrecognized.append(file[0])
             continue
         group.add(file, first=False)
+    for file in _files(root / SEQUENCES):
+        group = _Group("sequence" if _STORE_NAME.fullmatch(file[1]) else "other")
+        group.add(file, first=False)
+        groups.append(group)
     modules: dict[str, list[tuple[str, str, os.stat_result]]] = {}  # XLA's key -> its files
     for file in _files(root):
         if file[1].endswith(_XLA_SUFFIXES):
@@ -238,7 +246,6 @@ def prune(max_bytes: int, root: Path | None = None, contents: Contents | None = 
 _lock = threading.Lock()
 _unchecked = 0  # writes by this process since its last check
 _interval = 64  # writes between checks: at least 64, and 1% of the files the last check found
-_at_exit = False  # whether the exit check is registered
 
 
 def note_write() -> None:
@@ -246,15 +253,12 @@ def note_write() -> None:
     A check reads the whole directory (7 to 15 us per file measured), so while the process runs
     it comes every `_interval` writes, 1% of a scan per write (about 1 ms beside a compile of
     10 ms or more), and once more when the process exits."""
-    global _unchecked, _at_exit
+    global _unchecked
     limit = max_size()
     if limit is None:
         return
     with _lock:
         _unchecked += 1
-        if not _at_exit:
-            atexit.register(_check_at_exit)
-            _at_exit = True
         if _unchecked >= _interval:
             _check(limit)
 
@@ -270,6 +274,11 @@ def _check_at_exit() -> None:
     with _lock:
         if limit is not None and _unchecked:
             _check(limit)
+
+
+# Registered first, so it runs after the exit handlers of the writers (atexit runs last-in first-out),
+# which may still write (the executable store's sequence).
+atexit.register(_check_at_exit)
 
 
 def _check(limit: int) -> None:
