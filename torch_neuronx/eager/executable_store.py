@@ -133,8 +133,9 @@ def _read(name: str) -> tuple[str, Any, Any] | None:
 
 
 def _sequence_path() -> Path:
-    """This program's sequence: one per command line, under the fingerprint."""
-    program = hashlib.sha256(_fingerprint() + "\0".join(sys.argv).encode()).hexdigest()
+    """This program's sequence: one per command line (the interpreter's, so `python -c` scripts
+    differ by their code), under the fingerprint."""
+    program = hashlib.sha256(_fingerprint() + "\0".join(sys.orig_argv).encode()).hexdigest()
     return cache.directory() / cache.SEQUENCES / program
 
 
