@@ -94,18 +94,6 @@ DIAGNOSES = {
         "unspecified, so CPU and neuron attend to different blocks. The causal sweep's 8-token prompt fits "
         "the budget and passes." + _TOPK_TIES
     ),
-    ("vision", "efficientnet"): (
-        "Not a backend error: float32 summation order in a degenerate tiny model. (The former timeout was the "
-        "backend's: avg_pool2d with EfficientNet's 1280x1280 pooler kernel over a 2x2 map traced 1.6 million "
-        "slices; fixed.) Train-mode batch norm cannot renormalize maps whose variance is far below its eps "
-        "(1e-3), so activations shrink to 1e-31 by the last block and every parameter gradient is below 1.6e-31, "
-        "while the gradients of the activations are about 1e-3. A batch-norm bias gradient is then the channel "
-        "sum of [a, a, a, a, -a, -a, -a, -a] (two images of opposite labels, 2x2 pixels; checked exactly "
-        "antisymmetric on both devices): exactly 0 on CPU (per image, then across images) and one float32 "
-        "rounding of 4a (up to 2.3e-10) in XLA's order (plain `sum` too: 44 of 64 channels in a "
-        "synthetic check), so project_bn.bias gets 1.2e-10 against a largest gradient of 1.6e-31 and AdamW "
-        "turns it into a 1.2e-5 step; the float64 rerun gives 0 like CPU. The eval forward matches exactly."
-    ),
     ("vlm", "mistral_large4"): (
         "Not a backend error: the text model's DeepSeek-V3.2-style sparse attention keeps `topk(8)` of 12 "
         "relu-scored keys per query; on CPU 26 of those rows have exact ties at 0 on the top-k boundary "

@@ -637,6 +637,10 @@ def _efficientnet(d: dict[str, Any]) -> None:
     # narrower stages (each one's output is the next one's input) and one block each: seven blocks
     d.update(in_channels=[32, 16, 24, 40, 48, 56, 64], out_channels=[16, 24, 40, 48, 56, 64, 64])
     d["num_block_repeats"] = [1] * 7
+    # convolution weights of std 0.02 shrink these narrow maps about 1e4-fold per block (in training
+    # mode too: batch norm cannot renormalize a variance far below its eps, 1e-3), so logits were 1e-33
+    # and every gradient float32 rounding noise; std 0.5 keeps eval logits near 1e-2, train ones near 1
+    d["initializer_range"] = 0.5
 
 
 @override("hiera", media=True)
