@@ -35,9 +35,10 @@ print(json.dumps({"d": d.cpu().tolist(), "y": y.cpu().tolist(), "big": big.cpu()
 """
 
 
-def _run(cache: Path, **env: str) -> dict:
+def _run(cache: Path, script: str = _SCRIPT, **env: str) -> dict:
+    """`script` in a fresh process on cache `cache`; the JSON it prints last."""
     out = subprocess.run(
-        [sys.executable, "-c", _SCRIPT],
+        [sys.executable, "-c", script],
         env={**os.environ, "TORCH_NEURONX_CACHE_DIR": str(cache), **env},
         capture_output=True,
         text=True,
@@ -116,19 +117,8 @@ def test_a_loaded_executable_that_calls_lapack_runs_first_thing(tmp_path: Path) 
     """A warm process whose first op is a stored LAPACK-backed executable (cholesky): jaxlib binds
     its LAPACK kernels only when it lowers such an op, so loading must bind them first."""
 
-    def run() -> dict:
-        out = subprocess.run(
-            [sys.executable, "-c", _LAPACK],
-            env={**os.environ, "TORCH_NEURONX_CACHE_DIR": str(tmp_path)},
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
-        assert out.returncode == 0, out.stderr[-3000:]
-        return json.loads(out.stdout.strip().splitlines()[-1])
-
     expected = torch.linalg.cholesky(torch.tensor([[4.0, 2.0], [2.0, 3.0]])).tolist()
-    cold, warm = run(), run()
+    cold, warm = _run(tmp_path, _LAPACK), _run(tmp_path, _LAPACK)
     assert cold["loaded"] == 0 and warm["loaded"] >= 1
     torch.testing.assert_close(torch.tensor(warm["l"]), torch.tensor(expected))
 
@@ -152,18 +142,7 @@ def test_a_warm_run_loads_its_programs_executables_ahead(tmp_path: Path) -> None
     """Each run writes down the order in which it used entries; the next run of the same command
     line loads them on a background thread, so an op finds its executable already loaded."""
 
-    def run() -> dict:
-        out = subprocess.run(
-            [sys.executable, "-c", _AHEAD],
-            env={**os.environ, "TORCH_NEURONX_CACHE_DIR": str(tmp_path)},
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
-        assert out.returncode == 0, out.stderr[-3000:]
-        return json.loads(out.stdout.strip().splitlines()[-1])
-
-    cold, warm = run(), run()
+    cold, warm = _run(tmp_path, _AHEAD), _run(tmp_path, _AHEAD)
     assert len(list((tmp_path / "sequences").iterdir())) == 1
     assert cold["ahead"] == cold["loaded"] == 0
     assert warm["ahead"] == 4 and warm["loaded"] == 5  # every op but the first found its executable loaded

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterator
+from functools import partial
 from typing import Any
 
 import pytest
@@ -387,6 +388,16 @@ def _grid(shape: tuple, dtype: torch.dtype) -> torch.Tensor:
     return grid
 
 
+def _sampled_with_gradients(
+    mode: str, padding: str, align_corners: bool, x: torch.Tensor, grid: torch.Tensor, weights: torch.Tensor
+) -> list:
+    """grid_sample's output, and the gradients of x and grid for a weighted sum of it."""
+    x, grid = x.requires_grad_(), grid.requires_grad_()
+    out = nnf.grid_sample(x, grid, mode, padding, align_corners)
+    (out * weights).sum().backward()
+    return [out.detach(), x.grad, grid.grad]
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("align_corners", [False, True])
 @pytest.mark.parametrize("padding", ["zeros", "border", "reflection"])
@@ -397,14 +408,8 @@ def test_grid_sample_2d_forward_backward(mode: str, padding: str, align_corners:
     grid = _grid((2, 4, 6, 2), dtype)
     weights = torch.randn(2, 3, 4, 6, dtype=dtype)
 
-    def run(x: torch.Tensor, grid: torch.Tensor, weights: torch.Tensor) -> list:
-        x, grid = x.requires_grad_(), grid.requires_grad_()
-        out = nnf.grid_sample(x, grid, mode, padding, align_corners)
-        (out * weights).sum().backward()
-        return [out.detach(), x.grad, grid.grad]
-
     with fallback_disabled():
-        check(run, x, grid, weights)
+        check(partial(_sampled_with_gradients, mode, padding, align_corners), x, grid, weights)
 
 
 @pytest.mark.parametrize(
@@ -423,14 +428,8 @@ def test_grid_sample_3d_forward_backward(mode: str, padding: str, align_corners:
     grid = _grid((2, 3, 4, 2, 3), torch.float32)
     weights = torch.randn(2, 3, 3, 4, 2)
 
-    def run(x: torch.Tensor, grid: torch.Tensor, weights: torch.Tensor) -> list:
-        x, grid = x.requires_grad_(), grid.requires_grad_()
-        out = nnf.grid_sample(x, grid, mode, padding, align_corners)
-        (out * weights).sum().backward()
-        return [out.detach(), x.grad, grid.grad]
-
     with fallback_disabled():
-        check(run, x, grid, weights)
+        check(partial(_sampled_with_gradients, mode, padding, align_corners), x, grid, weights)
 
 
 @pytest.mark.parametrize("nd", [2, 3])

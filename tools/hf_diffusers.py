@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from .hf_sweep import ROOT, _cause, _cell
+from .hf_sweep import ROOT, _cause, _cell, neuron_counters
 from .tiny_models import _pow2_at_most, _randomize_constant_matrices
 
 FAMILY = "diffusers"
@@ -492,13 +492,7 @@ def run_one(name: str) -> dict[str, Any]:
             record["cause"] = f"output differs by {record['max_diff']:.2e}"
     except Exception as e:
         record.update(status="error", cause=_cause(e))
-    metrics = torch_neuronx.metrics()
-    record["fallbacks"] = metrics["fallbacks"]
-    record["fallback_calls"] = sum(metrics["fallbacks"].values())
-    record["compiles"] = metrics["cache_misses"]
-    record["neuron_seconds"] = round(time.perf_counter() - neuron_start, 1)
-    record["seconds"] = round(time.perf_counter() - start, 1)
-    return record
+    return neuron_counters(record, start, neuron_start)
 
 
 def _float64_arbiter(

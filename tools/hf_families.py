@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from . import hf_training
-from .hf_sweep import NEW_TOKENS, ROOT, _cause, _cell, _generate, _same_tokens
+from .hf_sweep import NEW_TOKENS, ROOT, _cause, _cell, _generate, _same_tokens, neuron_counters
 from .tiny_models import VOCAB, tiny_config_dict
 
 FAMILIES = ("encoders", "seq2seq", "vision", "speech", "vlm")
@@ -620,13 +620,7 @@ def run_one(family: str, model_type: str) -> dict[str, Any]:
     record["status"] = "error" if record.pop("error", False) else ("fail" if problems else "pass")
     if problems:
         record["cause"] = "; ".join(problems)
-    metrics = torch_neuronx.metrics()
-    record["fallbacks"] = metrics["fallbacks"]
-    record["fallback_calls"] = sum(metrics["fallbacks"].values())
-    record["compiles"] = metrics["cache_misses"]
-    record["neuron_seconds"] = round(time.perf_counter() - neuron_start, 1)
-    record["seconds"] = round(time.perf_counter() - start, 1)
-    return record
+    return neuron_counters(record, start, neuron_start)
 
 
 # ---------------------------------------------------------------- one training step

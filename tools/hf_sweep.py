@@ -175,6 +175,14 @@ def run_one(model_type: str, static: bool | None = None) -> dict[str, Any]:
             record["cause"] = "; ".join(problems)
     except Exception as e:
         record.update(status="error", cause=_cause(e))
+    return neuron_counters(record, start, neuron_start)
+
+
+def neuron_counters(record: dict[str, Any], start: float, neuron_start: float) -> dict[str, Any]:
+    """`record` with the neuron run's CPU fallbacks and executables built (`torch_neuronx.metrics()`,
+    reset before the run) and the seconds since `neuron_start` and since `start`."""
+    import torch_neuronx
+
     metrics = torch_neuronx.metrics()
     record["fallbacks"] = metrics["fallbacks"]
     record["fallback_calls"] = sum(metrics["fallbacks"].values())
