@@ -584,6 +584,21 @@ def test_graph_break_runs_eager_between_regions() -> None:
     assert stats()["graphs"] >= 2
 
 
+def test_ops_in_a_frame_dynamo_runs_eagerly_are_never_traced() -> None:
+    # A graph break inside a loop makes Dynamo run the whole frame eagerly, offering each callee
+    # frame to itself: the upload of `torch.tensor([])` runs JAX dataclass __init__s (from
+    # "<string>") that Dynamo used to trace, wrapping a NumPy array as a fake tensor and failing.
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        out = []
+        for i in range(2):
+            kept = torch.nonzero(x > i).flatten()
+            out.append(torch.cat([kept.float(), torch.tensor([], device=x.device)]))
+        return torch.cat(out)
+
+    x = torch.arange(4.0)
+    assert_same(fn(x), compiled(fn)(x.to("neuron")))
+
+
 def test_cpu_scalar_tensors_join_as_values() -> None:
     def fn(x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
         return x * scale + scale

@@ -14,6 +14,7 @@ import threading
 from typing import Any
 
 import torch
+from torch._C._dynamo.eval_frame import set_eval_frame
 from torch.utils.backend_registration import _setup_privateuseone_for_python_backend
 
 from . import _autocast, device, pinned, storage
@@ -45,11 +46,20 @@ _lock = threading.Lock()
 
 
 def _dispatch(op: torch._ops.OpOverload, *args: Any, **kwargs: Any) -> Any:
-    """Every neuron op enters here; the eager machinery (and JAX) loads on first use."""
+    """Every neuron op enters here; the eager machinery (and JAX) loads on first use.
+
+    TorchDynamo's frame hook is off while a kernel runs. Code that runs eagerly inside a compiled
+    function (a frame Dynamo gave up on, between graphs) still has its callees offered to Dynamo,
+    and a kernel must run, never be traced: skip rules name our package and JAX, but JAX also runs
+    dataclass `__init__`s generated from `<string>`, which no rule can name."""
     kernel = _kernels.get(op)
     if kernel is None:
         kernel = _kernel_for(op)
-    return kernel(*args, **kwargs)
+    hook = set_eval_frame(None)
+    try:
+        return kernel(*args, **kwargs)
+    finally:
+        set_eval_frame(hook)
 
 
 SPARSE_REFUSED = (
