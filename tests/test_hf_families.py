@@ -53,3 +53,22 @@ def test_family_rules() -> None:
     assert "llama" not in encoders  # a causal LM's sequence-classification head: the causal sweep's
     assert "whisper" not in hf_families.model_types("seq2seq")  # audio input: the speech family
     assert "whisper" in hf_families.model_types("speech")
+
+
+def test_the_tie_arbiter_gives_cpu_neurons_order_of_tied_topk_values() -> None:
+    import torch
+
+    from tools.topk_ties import IndexOrderedTopk
+
+    scores = torch.tensor(
+        [[0.0, 0.5, 0.0, 0.0, 0.5, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0], [1.0, 2.0, 3.0, 4.0, 5.0, 6.0] * 2]
+    )
+    ties = IndexOrderedTopk()
+    with ties:
+        values, indices = scores.topk(8)
+        distinct = torch.arange(6.0).topk(3)
+    device = scores.to("neuron").topk(8)
+    assert torch.equal(indices, device.indices.cpu()) and torch.equal(values, device.values.cpu())
+    assert indices[0].tolist() == [1, 4, 0, 2, 3, 5, 6, 7]
+    assert distinct.indices.tolist() == [5, 4, 3]
+    assert ties.changed == 1  # the call with ties, not the one without

@@ -32,6 +32,7 @@ recorded as in the causal sweep (the CPU fallback stays on).
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import inspect
 import io
@@ -71,37 +72,6 @@ LENGTH = 8  # text tokens per sequence
 BATCH = 2
 SAMPLES = 8000  # raw audio samples (half a second at 16 kHz)
 GENERATIVE = {"seq2seq", "speech", "vlm"}
-
-
-# Why neuron does not reproduce CPU's choice among tied top-k values (both topk diagnoses end with it).
-_TOPK_TIES = (
-    " CPU's tie order follows no rule that could be matched: ATen's topk_impl_loop (TopKImpl.h) compares values "
-    "only and selects with std::partial_sort when k * 64 <= n, else with std::nth_element and a std::sort of "
-    "the first k - 1; none is stable, so tied indices come out as libstdc++'s heap select, introselect and "
-    "introsort leave them (zeros: topk(8) of 12 gives [6, 11, 10, 9, 8, 7, 3, 1], topk(4) of 12 [9, 7, 8, 6], "
-    "topk(8) of 16 [12, 9, 10, 11, 14, 15, 8, 13], topk(4) of 300, the partial_sort path, [1, 3, 0, 2]), and "
-    "torch.topk's documentation says the indices of tied elements are not guaranteed to be stable. Matching "
-    "it would mean reimplementing one C++ standard library's selection algorithms, so neuron keeps XLA's "
-    "order (lowest index first)."
-)
-
-# What investigation found behind failures whose records show only a difference (for the report).
-DIAGNOSES = {
-    ("vlm", "qwen4_exp"): (
-        "Not a backend error: Qwen4-Exp's sparse-attention indexer picks key blocks with `scores.topk(...)` over "
-        "relu-summed scores; with the 12-token image prompt (more than the 8-token budget) 2 of its 6 selections "
-        "have an exact tie at 0 on the top-k boundary (measured on CPU), and which tied block topk returns is "
-        "unspecified, so CPU and neuron attend to different blocks. The causal sweep's 8-token prompt fits "
-        "the budget and passes." + _TOPK_TIES
-    ),
-    ("vlm", "mistral_large4"): (
-        "Not a backend error: the text model's DeepSeek-V3.2-style sparse attention keeps `topk(8)` of 12 "
-        "relu-scored keys per query; on CPU 26 of those rows have exact ties at 0 on the top-k boundary "
-        "(all-zero rows included). Which tied index topk returns is unspecified: PyTorch CPU returns e.g. "
-        "[6, 11, 10, 9, 8, 7, 3, 1] for topk(8) of 12 zeros, neuron (XLA) the lowest indices, so the two "
-        "attend to different keys; the training step differs for the same reason." + _TOPK_TIES
-    ),
-}
 
 
 def records_path(family: str) -> Path:
@@ -551,7 +521,27 @@ def _tokens(ref: tuple[Any, list[Any]] | None, model: Any, batch: dict[str, Any]
 
 
 def run_one(family: str, model_type: str) -> dict[str, Any]:
-    """One architecture of `family` on CPU then neuron, inference and one training step; a record (never raises)."""
+    """One architecture of `family` on CPU then neuron, inference and one training step; a record (never raises).
+
+    A failure is run once more with CPU's tied top-k values in index order, as neuron's topk returns them
+    (`IndexOrderedTopk`); if CPU's own order of ties changed some topk call and neuron then matches, the
+    architecture passes, judged by "index-ordered topk ties", with the first run's cause kept."""
+    from .topk_ties import IndexOrderedTopk
+
+    record = _run(family, model_type, contextlib.nullcontext())
+    if record["status"] != "fail":
+        return record
+    ties = IndexOrderedTopk()
+    rerun = _run(family, model_type, ties)
+    if not ties.changed or rerun["status"] != "pass":
+        return record
+    rerun.update(judged_by="index-ordered topk ties", topk_calls_changed=ties.changed, first_cause=record["cause"])
+    rerun["seconds"] = round(rerun["seconds"] + record["seconds"], 1)
+    return rerun
+
+
+def _run(family: str, model_type: str, reference: contextlib.AbstractContextManager) -> dict[str, Any]:
+    """`run_one`'s single run, CPU's reference computed under `reference`."""
     import torch
 
     import torch_neuronx
@@ -565,7 +555,7 @@ def run_one(family: str, model_type: str) -> dict[str, Any]:
         generative = generative and hasattr(model, "generate") and head not in ("ctc", "zero-shot-image-classification")
         record["params"] = sum(p.numel() for p in model.parameters())
         batch = inputs(family, head, model)
-        with torch.no_grad():
+        with torch.no_grad(), reference:
             ref = main_output(head, model(**batch))
             base = _base(model)
             base_ref = _first_tensor(base(**_base_inputs(base, batch))) if base is not None else None
@@ -575,16 +565,19 @@ def run_one(family: str, model_type: str) -> dict[str, Any]:
     ref_gen = ref_static = None
     if generative:
         try:
-            ref_gen = _gen(model, batch, None)
+            with reference:
+                ref_gen = _gen(model, batch, None)
         except Exception as e:
             record["greedy"] = f"n/a (not on CPU: {_cause(e)[:160]})"
             generative = False
     if generative:
         try:
-            ref_static = _gen(model, batch, "static")
+            with reference:
+                ref_static = _gen(model, batch, "static")
         except Exception as e:
             record["static"] = f"n/a (not on CPU: {_cause(e)[:120]})"
-    train_cpu = _train_reference(family, model_type, record)
+    with reference:
+        train_cpu = _train_reference(family, model_type, record)
     torch_neuronx.reset_metrics()
     neuron_start = time.perf_counter()
     problems = []
@@ -809,8 +802,13 @@ def method() -> str:
         "match CPU's with the causal training sweep's tolerances (`docs/model_training.md`), the noise weights "
         "left out on either device. A step that misses them is rerun on CPU in float64: if CPU's own float32 "
         "step is as far from float64 (an ill-conditioned tiny model, batch norm over two images), neuron passes "
-        "when it is no farther from float64 than twice CPU float32 is (`pass (float64 check)`). The CPU "
-        "fallback stays on, as in the causal sweep; its calls are counted.\n"
+        "when it is no farther from float64 than twice CPU float32 is (`pass (float64 check)`). A failing "
+        "architecture is run once more with CPU's tied top-k values in index order, as neuron's topk returns "
+        "them (`tools/topk_ties.py`): torch.topk leaves tied indices unspecified and CPU's come out as "
+        "libstdc++'s unstable selection leaves them, so a model that selects by topk among exact ties (ReLU'd "
+        "sparse-attention indexer scores) attends to other tokens on each device. If that changed some CPU "
+        "topk call and neuron then matches in every check, it passes (`pass (topk ties)`, the first run's "
+        "cause kept in the record). The CPU fallback stays on, as in the causal sweep; its calls are counted.\n"
     )
 
 
@@ -841,7 +839,7 @@ def section(family: str, results: list[dict[str, Any]], partial: bool = False) -
         cells = [
             r["model_type"],
             r.get("architecture", ""),
-            r["status"],
+            "pass (topk ties)" if r.get("judged_by") else r["status"],
             _num(r.get("max_diff")),
             _num(r.get("base_max_diff")),
         ]
@@ -854,8 +852,8 @@ def section(family: str, results: list[dict[str, Any]], partial: bool = False) -
             train_cell = "n/a (not on CPU)"
         cells += [train_cell, _num(train.get("loss_max_diff")), _num(train.get("param_max_diff"))]
         cause = r.get("cause", "")
-        if (family, r["model_type"]) in DIAGNOSES:
-            cause = f"{cause[:200]} ... Diagnosis: {DIAGNOSES[(family, r['model_type'])]}"
+        if r.get("judged_by"):
+            cause = f"judged by {r['judged_by']} ({r['topk_calls_changed']} CPU topk calls): {r['first_cause']}"
         cells += [r.get("fallback_calls", ""), top, r.get("seconds", ""), cause]
         w("| " + " | ".join(_cell(c) for c in cells) + " |\n")
     untrained = [r for r in results if r["status"] != "cpu-error" and r.get("train", {}).get("status") == "cpu-error"]
