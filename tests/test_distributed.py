@@ -32,6 +32,7 @@ KNOWN_GAPS = {
 }
 QUAD_COLLECTIVES = [
     "all_reduce_async_and_views",
+    "side_stream_waits_like_cuda",
     "all_gather",
     "reduce_scatter",
     "all_to_all",

@@ -3,6 +3,8 @@ legacy empty tensors, padding backward ops, the `*_copy` forms compile graphs us
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 from compare import check
@@ -96,6 +98,37 @@ def test_cat_promotes_and_skips_legacy_empty() -> None:
         check(lambda a, b: torch.cat([a, b, a]), torch.zeros(0, dtype=torch.float64), torch.ones(2, 3))
         check(lambda a: torch.cat([a, a], dim=-1), torch.zeros(2, 0))
         check(lambda a, b: torch.stack([a, b], dim=-1), torch.ones(2, 3), torch.arange(6).view(2, 3))
+
+
+def test_chunk_cat_pads_chunks_and_joins_them() -> None:
+    """FSDP2's reduce-scatter copy-in: one executable, `out=` included, CPU's errors."""
+    cat = torch.ops.aten._chunk_cat
+    with fallback_disabled():
+        check(lambda a, b: cat([a, b], 0, 2), torch.randn(5, 3), torch.arange(9.0).view(3, 3))
+        check(lambda a, b: cat([a, b], 1, 3), torch.randn(2, 4, 3), torch.randn(2, 7))
+        check(
+            lambda a, b: cat([a, b], -1, 4),
+            torch.randn(3, 5, dtype=torch.bfloat16),
+            torch.randn(3, 8, dtype=torch.bfloat16),
+        )
+        check(
+            lambda a, b, out: cat.out([a, b], 0, 2, out=out), torch.randn(1024, 6), torch.randn(7), torch.empty(2, 3076)
+        )
+        check(lambda a, b, out: cat.out([a, b], 0, 2, out=out), torch.randn(4, 2), torch.randn(3), torch.empty(0))
+    cases = [
+        (([torch.ones(2)], 0, 0), RuntimeError, "_chunk_cat expects positive num_chunks"),
+        (([], 0, 2), RuntimeError, "_chunk_cat expects a non-empty input tensor list"),
+        (([torch.ones(0)], 0, 2), RuntimeError, "_chunk_cat expects non-empty tensor"),
+        (([torch.ones(2), torch.ones(2, dtype=torch.float64)], 0, 2), RuntimeError, "with the same dtype"),
+        (([torch.ones(2, 3), torch.ones(3, 3)], 1, 2), RuntimeError, "same sizes of 0,...,dim-1 dimensions"),
+        (([torch.ones(2, 3), torch.ones(3)], -1, 2), RuntimeError, "non-negative dim when input tensors have"),
+        (([torch.ones(2, 3), torch.ones(3)], 1, 2), RuntimeError, "dim < ndim for all input tensors"),
+        (([torch.ones(2, 3)], 2, 2), IndexError, "Dimension out of range"),
+    ]
+    for (tensors, dim, chunks), error, message in cases:
+        for device in ("cpu", "neuron"):
+            with pytest.raises(error, match=re.escape(message)):
+                cat([t.to(device) for t in tensors], dim, chunks)
 
 
 @pytest.mark.parametrize("mode", ["reflect", "replicate", "circular"])

@@ -47,10 +47,12 @@ NOISE = 1e-5
 REPORT = ROOT / "docs" / "model_training.md"
 # What investigation found behind failures the records only show as an exception, for the report.
 _QWEN4_EXP = (
-    "Dynamo, tracing a dataclass `__init__` (generated from `<string>`), meets a local `x` that is a 0-d "
-    "NumPy int64 array and converts it to a fake tensor while no_dispatch is active (meta_utils asserts). "
-    "Eager training passes, and the same compiled training with CPU tensors (`aot_eager`) passes; where "
-    "the NumPy value comes from on neuron is not found yet."
+    "Recorded before c4449ce: Dynamo traced a JAX dataclass `__init__` (from `<string>`) inside an upload "
+    "that ran eagerly in a frame Dynamo gave up on, and failed. Kernels now run with Dynamo's frame hook "
+    "off; the compiled run then gets further and, in some runs, hangs: `offs.tolist()` in Transformers' "
+    "grouped-mm fallback (an eager node between graphs) waits for a buffer XLA never computes, with "
+    "every XLA thread idle (seen with and without TORCH_NEURONX_HOST_CORES=0; one run with "
+    "TORCH_NEURONX_ASYNC_DISPATCH=0 and several with other cache directories passed). Not found yet."
 )
 DIAGNOSES = {("qwen4_exp", "compiled"): _QWEN4_EXP, ("qwen4_exp_text", "compiled"): _QWEN4_EXP}
 RECORDS = ROOT / "docs" / "model_training.json"

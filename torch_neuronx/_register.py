@@ -18,7 +18,7 @@ from torch._C._dynamo.eval_frame import set_eval_frame
 from torch.utils.backend_registration import _setup_privateuseone_for_python_backend
 
 from . import _autocast, device, pinned, storage
-from .runtime import native, profiler
+from .runtime import deferred, native, profiler
 
 _done = False
 _libraries: list[torch.library.Library] = []
@@ -51,12 +51,16 @@ def _dispatch(op: torch._ops.OpOverload, *args: Any, **kwargs: Any) -> Any:
     TorchDynamo's frame hook is off while a kernel runs. Code that runs eagerly inside a compiled
     function (a frame Dynamo gave up on, between graphs) still has its callees offered to Dynamo,
     and a kernel must run, never be traced: skip rules name our package and JAX, but JAX also runs
-    dataclass `__init__`s generated from `<string>`, which no rule can name."""
+    dataclass `__init__`s generated from `<string>`, which no rule can name. A call that uses a
+    storage still waiting for a collective (`runtime/deferred.py`) completes that first; a view
+    only reads metadata."""
     kernel = _kernels.get(op)
     if kernel is None:
         kernel = _kernel_for(op)
     hook = set_eval_frame(None)
     try:
+        if deferred.active() and not op.is_view:
+            deferred.settle_uses((*args, *kwargs.values()))
         return kernel(*args, **kwargs)
     finally:
         set_eval_frame(hook)
@@ -112,7 +116,8 @@ def _overridden() -> list[str]:
     composite makes an empty output and calls `.out`), the `_foreach_*` ops (whose composite
     loops over single-tensor ops; one executable serves the whole list instead, and the ladder
     still runs that composite when an op has no lowering; `.out` forms keep theirs, which call
-    the functional op) and the transfers we do directly."""
+    the functional op), `_chunk_cat.out` (FSDP2's reduce-scatter input; its composite zeroes and
+    copies chunk by chunk) and the transfers we do directly."""
     structured = torch._C._dispatch_get_registrations_for_dispatch_key("CompositeExplicitAutogradNonFunctional")
     names = [n[len("aten::") :] for n in structured if n.startswith("aten::")]
     foreach = [
@@ -120,7 +125,7 @@ def _overridden() -> list[str]:
         for n in torch._C._dispatch_get_all_op_names()
         if n.startswith("aten::_foreach_") and not n.endswith("out")
     ]
-    return [*names, *foreach, "copy_", "_to_copy", "_copy_from", "_copy_from_and_resize"]
+    return [*names, *foreach, "_chunk_cat.out", "copy_", "_to_copy", "_copy_from", "_copy_from_and_resize"]
 
 
 def register() -> None:

@@ -12,6 +12,8 @@ from typing import Any
 
 import torch
 
+from .runtime import deferred
+
 _StorageBase = torch.storage._StorageBase
 
 
@@ -67,6 +69,7 @@ def register() -> None:
             return original_resize(self, size)
         from .eager.storage_kernels import resize_storage
 
+        deferred.settle([self.data_ptr()])  # a collective may still read or write it
         resize_storage(self, size)
         return self
 

@@ -129,6 +129,36 @@ def lane_order_and_futures(cpu: Any) -> None:
     vs_gloo(cpu, mixed, rand(4 * WORLD, 3), rand(64, 64, dtype=torch.int64).remainder(7).float())
 
 
+def side_stream_waits_like_cuda(cpu: Any) -> None:
+    """A collective waited on a side stream (FSDP2's reduce-scatter, `async_op=False`) returns
+    while the peer has not joined yet; the next device use of its tensors, or a synchronize,
+    completes it: reads see Gloo's result, an in-place write waits for the read of its input."""
+    import time
+
+    from torch_neuronx.runtime import deferred
+
+    def scattered(group: Any, t: torch.Tensor, first: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        if RANK == WORLD - 1:
+            time.sleep(1.0)  # the others' calls return before this rank joins
+        out, again = t.new_empty(t.shape[0] // WORLD, *t.shape[1:]), t.new_empty(t.shape[0] // WORLD, *t.shape[1:])
+        side = torch.neuron.Stream()
+        with torch.neuron.stream(side):
+            dist.reduce_scatter_tensor(out, t, group=group)
+            if group is None and RANK != WORLD - 1:
+                assert deferred.active(), "returned only once the collective was done"
+            dist.all_reduce(first, group=group)
+            event = side.record_event()
+        torch.neuron.current_stream().wait_event(event)
+        doubled = out * 2  # a device use: completes the reduce-scatter first
+        t.add_(1)  # an in-place write to its input: likewise
+        dist.reduce_scatter_tensor(again, t, group=group)
+        torch.neuron.synchronize()
+        assert not deferred.active()
+        return out, doubled, again, first
+
+    vs_gloo(cpu, scattered, rand(4 * WORLD, 3), rand(5))
+
+
 def broadcast_reduce(cpu: Any) -> None:
     for src in (0, WORLD - 1):
         vs_gloo(cpu, lambda g, t, s=src: dist.broadcast(t, src=s, group=g), rand(4, 3, dtype=torch.bfloat16))
@@ -391,6 +421,7 @@ ALL = [
     all_reduce_complex,
     all_reduce_async_and_views,
     lane_order_and_futures,
+    side_stream_waits_like_cuda,
     broadcast_reduce,
     all_gather,
     reduce_scatter,

@@ -42,7 +42,7 @@ from ..ops import collecting_checks
 from ..ops._dtypes import jax_dtype, torch_dtype
 from ..ops.geometry import Geometry, contiguous_strides, numel, write
 from ..runtime import checks as device_checks
-from ..runtime import cores, native, profiler
+from ..runtime import cores, deferred, native, profiler
 from ..runtime.debug import log, module_name
 from ..runtime.platform import spread_until_ready
 from . import counters
@@ -89,6 +89,8 @@ class Executable:
 
     def run(self, env: dict) -> None:
         values = [env[n] for n in self.inputs]
+        if deferred.active():
+            deferred.settle_uses(values)
         keyed = _NATIVE.graph_inputs(values) if _NATIVE is not None else None
         if keyed is not None:
             entry = self.native_cache.get(keyed[0])

@@ -878,6 +878,9 @@ bool make_empty(bool strided, torch::jit::Stack* stack) {
   return true;
 }
 
+// Set while a storage waits for a collective (runtime/deferred.py): Python checks each call's inputs.
+bool route_to_python_ = false;
+
 void neuron_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   py::gil_scoped_acquire gil;
   memory().reap();
@@ -887,7 +890,7 @@ void neuron_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     return;
   }
   if ((rec.mode == EMPTY || rec.mode == EMPTY_STRIDED) && make_empty(rec.mode == EMPTY_STRIDED, stack)) return;
-  if (rec.mode == KEYED) {
+  if (rec.mode == KEYED && !route_to_python_) {
     size_t n = op.schema().arguments().size();
     Inputs in;
     bool keyed = true;
@@ -1048,6 +1051,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   });
   m.def("register_kernels", &register_kernels, py::arg("names"), py::arg("fallback"));
   m.def("profiling", []() { return profiling_.load(); });
+  m.def("route_to_python", [](bool on) { route_to_python_ = on; });
   m.def("record_activity", &record_activity, py::arg("name"), py::arg("start_ns"), py::arg("end_ns"));
   m.def("register_profiler", []() {
     torch::profiler::impl::PrivateUse1ProfilerRegistry::instance().registerFactory(

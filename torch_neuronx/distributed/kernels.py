@@ -33,6 +33,7 @@ import torch.distributed as dist
 
 from ..eager.tensor import adopt, fills_storage
 from ..eager.transfer import download, host_buffer, host_view, owned_buffer
+from ..runtime import deferred, streams
 
 _NEURON = torch.device("neuron")
 _RedOp = dist.ReduceOp.RedOpType
@@ -77,6 +78,7 @@ class _Staging:
     (or copies into a view)."""
 
     def __init__(self) -> None:
+        self.storages: set[int] = set()  # addresses of the device storages the call reads or writes
         self.pairs: list[tuple[torch.Tensor, torch.Tensor]] = []
         self.held: list[Any] = []  # device buffers under host views, alive until the transport is done
         self.outputs: dict[int, tuple[Any, torch.Tensor]] = {}  # storage -> (its owned buffer, output)
@@ -91,6 +93,7 @@ class _Staging:
         is read from the output's memory."""
         if t.device.type != "neuron":
             return t
+        self.storages.add(t.untyped_storage().data_ptr())
         if view and t.untyped_storage().data_ptr() in self.outputs:
             buffer, output = self.outputs[t.untyped_storage().data_ptr()]
             if t.dtype == output.dtype and t.is_contiguous() and not (t.is_conj() or t.is_neg()):
@@ -102,6 +105,7 @@ class _Staging:
         """An output (`keep`: also an input)."""
         if t.device.type != "neuron":
             return t
+        self.storages.add(t.untyped_storage().data_ptr())
         buffer = owned_buffer(t)
         if buffer is not None:
             self.outputs[t.untyped_storage().data_ptr()] = buffer, t
@@ -203,6 +207,10 @@ def _submit(call: Callable[..., Any], *staged: Any) -> _Start:
     return begun
 
 
+def _on_side_stream() -> bool:
+    return streams.current_stream() is not streams.default_stream()
+
+
 def _backend(process_group: Any) -> Any:
     pg = dist.ProcessGroup.unbox(process_group)
     try:
@@ -264,10 +272,14 @@ def _run(
     stage: _Staging, backend: Any, what: str, value: Any, async_op: bool, call: Callable[..., Any], *staged: Any
 ) -> Any:
     """Start `call(*staged)` on the lane; return the work a kernel returns, whose future holds
-    `value`: pending while Gloo runs it (`async_op`), else completed."""
+    `value`: pending while Gloo runs it (`async_op`, or any call on a side stream, which only
+    that stream would wait for on CUDA), else completed."""
     begun = _submit(call, *staged)
-    if async_op and _ASYNC:
-        return _PendingWork(backend, what, begun, stage, value).boxed()
+    if _ASYNC and (async_op or _on_side_stream()):
+        work = _PendingWork(backend, what, begun, stage, value)
+        if not async_op:
+            work.defer()
+        return work.boxed()
     _wait(backend, what, begun.work())
     stage.back()
     return _done(value)
@@ -284,7 +296,8 @@ class _PendingWork(dist.Work):
     def __init__(self, backend: Any, what: str, begun: _Start, stage: _Staging, value: Any) -> None:
         super().__init__()
         self.backend, self.what, self.begun, self.stage, self.value = backend, what, begun, stage, value
-        self.finished = False
+        self.stage_storages = list(stage.storages)
+        self.finished = self.deferred = False
         self.lock = threading.Lock()
         _PendingWork.live.add(self)
 
@@ -296,9 +309,24 @@ class _PendingWork(dist.Work):
         _PendingWork.live.discard(self)
 
     def wait(self, timeout: timedelta = timedelta(0)) -> bool:
+        """On a side stream, as CUDA's: the stream waits, not the host (`defer`). Else the host waits."""
+        if _on_side_stream():
+            self.defer()
+            return True
+        deferred.settle(self.stage_storages)  # deferred: completes it now
+        self._complete(timeout)
+        return True
+
+    def defer(self) -> None:
+        """Leave the result pending: the next device use of the call's tensors, or a synchronize,
+        completes it."""
+        if not self.deferred and not self.finished:
+            self.deferred = True
+            deferred.defer(self.stage_storages, self._complete)
+
+    def _complete(self, timeout: timedelta = timedelta(0)) -> None:
         _wait(self.backend, self.what, self.begun.work(timeout or None), timeout or None)
         self._finish()
-        return True
 
     def _started(self) -> Any:
         """Gloo's work, or None while the lane has not started it (or failed to)."""

@@ -1,5 +1,9 @@
 """Streams and events. PJRT orders work per device, so there is one real queue; a Stream is a
-handle on it and an Event records a point in it (host time when the queue reached it)."""
+handle on it and an Event records a point in it. Ordering one stream after another therefore
+needs no wait: device work is ordered by the queue, and a collective's storages by
+`deferred` (a collective waited on a side stream). The host waits only where CUDA's would:
+`synchronize()` of the device, a stream or an event, and recording a timing event (its host
+time when the queue reached it)."""
 
 from __future__ import annotations
 
@@ -8,12 +12,14 @@ from typing import Any
 
 import torch
 
-from . import checks
+from . import checks, deferred
 from .memory import wait_in_flight
 
 
 def synchronize() -> None:
-    """Wait for all device work queued so far; raise a failed device-side check."""
+    """Wait for all device work queued so far and every collective storages wait for; raise a
+    failed device-side check."""
+    deferred.settle_all()
     wait_in_flight()
     checks.raise_failed()
 
@@ -34,10 +40,10 @@ class Stream:
         return True
 
     def wait_event(self, event: Event) -> None:
-        event.synchronize()
+        """Nothing to wait for: the device's one queue already orders the work."""
 
     def wait_stream(self, stream: Stream) -> None:
-        stream.synchronize()
+        """Nothing to wait for: the device's one queue already orders the work."""
 
     def record_event(self, event: Event | None = None) -> Event:
         event = event or Event()
@@ -64,14 +70,18 @@ class Event:
         self._time: float | None = None
 
     def record(self, stream: Stream | None = None) -> None:
-        synchronize()
+        if self.enable_timing:
+            synchronize()
         self._time = time.perf_counter()
 
     def wait(self, stream: Stream | None = None) -> None:
-        self.synchronize()
+        """Nothing to wait for: the device's one queue already orders the work."""
 
     def query(self) -> bool:
-        return self._time is not None
+        if self._time is None:
+            return False
+        synchronize()
+        return True
 
     def synchronize(self) -> None:
         synchronize()
