@@ -8,8 +8,10 @@ One thread per process, the lane, calls Gloo with them in call order, once the d
 computed them, so the calling thread never waits for device work. A collective issued with
 `async_op` (as DDP, FSDP2 and the functional collectives issue them) returns a pending work at
 once; the host results become the device tensors' contents on `wait()` or as its future
-completes (DDP chains its bucket's next step on it). Any other collective completes inside its
-call. `TORCH_NEURONX_ASYNC_COLLECTIVES=0` makes every collective complete inside its call.
+completes (DDP chains its bucket's next step on it). On a side stream a collective and its
+`wait()` return at once, as NCCL's make only the stream wait: the next device use of its tensors
+completes it (`runtime/deferred.py`; FSDP2's reduce-scatter). Any other collective completes
+inside its call. `TORCH_NEURONX_ASYNC_COLLECTIVES=0` makes every collective complete inside its call.
 Point-to-point goes to Gloo directly and stays asynchronous so that exchanges in any order
 cannot deadlock: `send` returns Gloo's own work (the host copy lives in it) and `recv_` returns a
 `_RecvWork` that makes the received data the device's on `wait()`.
