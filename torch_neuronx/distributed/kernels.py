@@ -95,9 +95,10 @@ class _Staging:
         is read from the output's memory."""
         if t.device.type != "neuron":
             return t
-        self.storages.add(t.untyped_storage().data_ptr())
-        if view and t.untyped_storage().data_ptr() in self.outputs:
-            buffer, output = self.outputs[t.untyped_storage().data_ptr()]
+        address = t.untyped_storage().data_ptr()
+        self.storages.add(address)
+        if view and address in self.outputs:
+            buffer, output = self.outputs[address]
             if t.dtype == output.dtype and t.is_contiguous() and not (t.is_conj() or t.is_neg()):
                 return _Later(buffer, output, t)
         buffer = host_buffer(t) if view else None
@@ -107,10 +108,11 @@ class _Staging:
         """An output (`keep`: also an input)."""
         if t.device.type != "neuron":
             return t
-        self.storages.add(t.untyped_storage().data_ptr())
+        address = t.untyped_storage().data_ptr()
+        self.storages.add(address)
         buffer = owned_buffer(t)
         if buffer is not None:
-            self.outputs[t.untyped_storage().data_ptr()] = buffer, t
+            self.outputs[address] = buffer, t
             return self._later(buffer, t)
         host = download(t) if keep else torch.empty(t.shape, dtype=t.dtype)
         self.pairs.append((t, host))
@@ -298,7 +300,6 @@ class _PendingWork(dist.Work):
     def __init__(self, backend: Any, what: str, begun: _Start, stage: _Staging, value: Any) -> None:
         super().__init__()
         self.backend, self.what, self.begun, self.stage, self.value = backend, what, begun, stage, value
-        self.stage_storages = list(stage.storages)
         self.finished = self.deferred = False
         self.lock = threading.Lock()
         _PendingWork.live.add(self)
@@ -315,7 +316,7 @@ class _PendingWork(dist.Work):
         if _on_side_stream():
             self.defer()
             return True
-        deferred.settle(self.stage_storages)  # deferred: completes it now
+        deferred.settle(self.stage.storages)  # deferred: completes it now
         self._complete(timeout)
         return True
 
@@ -324,7 +325,7 @@ class _PendingWork(dist.Work):
         completes it."""
         if not self.deferred and not self.finished:
             self.deferred = True
-            deferred.defer(self.stage_storages, self._complete)
+            deferred.defer(self.stage.storages, self._complete)
 
     def _complete(self, timeout: timedelta = timedelta(0)) -> None:
         _wait(self.backend, self.what, self.begun.work(timeout or None), timeout or None)

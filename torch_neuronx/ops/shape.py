@@ -19,7 +19,7 @@ import torch
 from jax import lax
 
 from . import check, lowering
-from ._common import wrap_dim
+from ._common import fail_unless, wrap_dim
 from ._dtypes import cast, jax_dtype, promote, torch_dtype
 from .geometry import Geometry, read, write
 
@@ -188,8 +188,7 @@ def chunk_cat(tensors: list, dim: int, num_chunks: int) -> Any:
     sizes, num_chunks, -1) and joined along dim + 1: FSDP2's reduce-scatter input, one copy."""
 
     def need(ok: bool, what: str) -> None:
-        if not ok:
-            raise RuntimeError(f"_chunk_cat expects {what}")
+        fail_unless(ok, "_chunk_cat", f"_chunk_cat expects {what}")
 
     need(num_chunks >= 1, "positive num_chunks")
     need(len(tensors) > 0, "a non-empty input tensor list")
@@ -197,7 +196,7 @@ def chunk_cat(tensors: list, dim: int, num_chunks: int) -> Any:
         need(t.size > 0, "non-empty tensor")
         need(t.dtype == tensors[0].dtype, "all input tensors with the same dtype")
     if len({t.ndim for t in tensors}) == 1:
-        dim = wrap_dim(dim, tensors[0].ndim)
+        dim = wrap_dim(dim, tensors[0].ndim, "_chunk_cat")
     else:
         need(dim >= 0, "non-negative dim when input tensors have different ndims")
         need(all(dim < t.ndim for t in tensors), "dim < ndim for all input tensors")
