@@ -40,6 +40,7 @@ QUAD_COLLECTIVES = [
     "gather_scatter",
     "barrier_and_groups",
     "functional",
+    "shared_memory_transport",
 ]
 
 

@@ -69,15 +69,20 @@ def clone(tree: Any) -> Any:
     return torch.utils._pytree.tree_map(lambda t: t.clone() if isinstance(t, torch.Tensor) else t, tree)
 
 
-def assert_equal(expected: Any, actual: Any, rtol: float = 0.0, atol: float = 0.0, what: str = "") -> None:
-    """Same structure; tensors equal in dtype, shape and value (exact unless tolerances given)."""
+def assert_equal(
+    expected: Any, actual: Any, rtol: float = 0.0, atol: float = 0.0, what: str = "", ulps: int = 0
+) -> None:
+    """Same structure; tensors equal in dtype, shape and value (exact unless tolerances given;
+    `ulps`: floating-point values may differ by that many roundings at 4x the largest value)."""
     if isinstance(expected, torch.Tensor):
         assert isinstance(actual, torch.Tensor), (what, type(actual))
         assert actual.device.type == "neuron", (what, actual.device)
+        if ulps and expected.is_floating_point() and expected.numel():
+            atol = max(atol, ulps * torch.finfo(expected.dtype).eps * 4 * expected.abs().max().item())
         torch.testing.assert_close(actual.cpu(), expected, rtol=rtol, atol=atol, msg=lambda m: f"{what}: {m}")
     elif isinstance(expected, (list, tuple)):
         assert len(expected) == len(actual), (what, len(expected), len(actual))
         for i, (e, a) in enumerate(zip(expected, actual)):
-            assert_equal(e, a, rtol, atol, f"{what}[{i}]")
+            assert_equal(e, a, rtol, atol, f"{what}[{i}]", ulps)
     else:
         assert expected == actual, (what, expected, actual)

@@ -32,10 +32,13 @@ def register() -> None:
 
 
 def _create(store: Any, rank: int, world_size: int, timeout: timedelta) -> Any:
-    """Backend creator: Gloo on the host for both devices, plus the staging kernels."""
+    """Backend creator: Gloo on the host for both devices, shared memory between the ranks of one
+    host, plus the staging kernels."""
     import torch.distributed as dist
 
-    from . import kernels
+    from . import kernels, shared_memory
 
     kernels.install()
-    return dist.ProcessGroupGloo(store, rank, world_size, timeout)
+    gloo = dist.ProcessGroupGloo(store, rank, world_size, timeout)
+    kernels.attach(gloo, shared_memory.connect(store, rank, world_size, timeout))
+    return gloo

@@ -36,6 +36,7 @@ import torch.distributed as dist
 from ..eager.tensor import adopt, fills_storage
 from ..eager.transfer import download, host_buffer, host_view, owned_buffer
 from ..runtime import deferred, streams
+from . import shared_memory
 
 _NEURON = torch.device("neuron")
 _RedOp = dist.ReduceOp.RedOpType
@@ -209,6 +210,24 @@ def _submit(call: Callable[..., Any], *staged: Any) -> _Start:
             _lane[:] = [_Lane()]
         _lane[0].starts.put(begun)
     return begun
+
+
+_local: dict[int, tuple[Any, shared_memory.LocalGroup]] = {}  # id(Gloo backend) -> (it, its shared memory)
+
+
+def attach(backend: Any, local: shared_memory.LocalGroup | None) -> None:
+    """Route `backend`'s bandwidth-bound collectives through `local` (None: all through Gloo)."""
+    if local is not None:
+        _local[id(backend)] = backend, local
+
+
+def _via(backend: Any, reduce_op: Any = None) -> Any:
+    """What moves a collective's data: the group's shared memory where its ranks share this host
+    (and it can reduce with `reduce_op`), else Gloo. Both take Gloo's arguments."""
+    entry = _local.get(id(backend))
+    if entry is None or (reduce_op is not None and not entry[1].reduces(reduce_op.op)):
+        return backend
+    return entry[1]
 
 
 def _on_side_stream() -> bool:
@@ -447,9 +466,10 @@ def allreduce_(
         raise NotImplementedError("neuron: all_reduce of sparse tensors is not supported")
     stage = _Staging()
     host = stage.outs(tensors, keep=True)
-    opts = _options(_c10d.AllreduceOptions, timeout, reduceOp=_reduce_op(reduce_op))
+    op = _reduce_op(reduce_op)
+    opts = _options(_c10d.AllreduceOptions, timeout, reduceOp=op)
     backend = _backend(process_group)
-    return tensors, _run(stage, backend, "all_reduce", tensors, async_op, backend.allreduce, host, opts)
+    return tensors, _run(stage, backend, "all_reduce", tensors, async_op, _via(backend, op).allreduce, host, opts)
 
 
 def allreduce_coalesced_(
@@ -469,7 +489,7 @@ def broadcast_(
     stage = _Staging()
     host = stage.outs(tensors, keep=backend.rank() == root_rank)
     opts = _options(_c10d.BroadcastOptions, timeout, rootRank=root_rank, rootTensor=root_tensor)
-    return tensors, _run(stage, backend, "broadcast", tensors, async_op, backend.broadcast, host, opts)
+    return tensors, _run(stage, backend, "broadcast", tensors, async_op, _via(backend).broadcast, host, opts)
 
 
 def reduce_(
@@ -520,7 +540,7 @@ def _allgather_base_(
         "all_gather_into_tensor",
         output_tensor,
         async_op,
-        backend._allgather_base,
+        _via(backend)._allgather_base,
         host_out,
         host_in,
         opts,
@@ -546,7 +566,7 @@ def allgather_into_tensor_coalesced_(
     host_out, host_in = stage.outs(outputs), stage.puts(inputs)
     backend = _backend(process_group)
     opts = _options(_c10d.AllgatherOptions)
-    for work in _submit(_each, backend._allgather_base, host_out, host_in, opts).work():
+    for work in _submit(_each, _via(backend)._allgather_base, host_out, host_in, opts).work():
         _wait(backend, "all_gather_into_tensor", work)
     stage.back()
     return _done(outputs)
@@ -580,7 +600,8 @@ def _reduce_scatter_base_(
 ) -> Any:
     stage = _Staging()
     host_out, host_in = stage.out(output_tensor), stage.put(input_tensor)
-    opts = _options(_c10d.ReduceScatterOptions, timeout, reduceOp=_reduce_op(reduce_op))
+    op = _reduce_op(reduce_op)
+    opts = _options(_c10d.ReduceScatterOptions, timeout, reduceOp=op)
     backend = _backend(process_group)
     return output_tensor, _run(
         stage,
@@ -588,7 +609,7 @@ def _reduce_scatter_base_(
         "reduce_scatter_tensor",
         output_tensor,
         async_op,
-        backend._reduce_scatter_base,
+        _via(backend, op)._reduce_scatter_base,
         host_out,
         host_in,
         opts,
@@ -605,9 +626,10 @@ def reduce_scatter_tensor_coalesced_(
 ) -> Any:
     stage = _Staging()
     host_out, host_in = stage.outs(outputs), stage.puts(inputs)
-    opts = _options(_c10d.ReduceScatterOptions, timeout, reduceOp=_reduce_op(reduce_op))
+    op = _reduce_op(reduce_op)
+    opts = _options(_c10d.ReduceScatterOptions, timeout, reduceOp=op)
     backend = _backend(process_group)
-    for work in _submit(_each, backend._reduce_scatter_base, host_out, host_in, opts).work():
+    for work in _submit(_each, _via(backend, op)._reduce_scatter_base, host_out, host_in, opts).work():
         _wait(backend, "reduce_scatter_tensor", work)
     stage.back()
     return _done(outputs)
