@@ -1,6 +1,7 @@
 """Distributed benchmarks for `torchneuron bench`: all-reduce bus bandwidth, FSDP2 and DDP training
-step time on neuron tensors next to Gloo on plain CPU tensors, for several process counts (DDP
-also with every collective synchronous, to show what overlap buys).
+step time on neuron tensors next to Gloo on plain CPU tensors, for several process counts (FSDP2
+also with neuron's collectives all over Gloo instead of shared memory, DDP also with every
+collective synchronous, to show what overlap buys).
 
 Each measurement spawns its own processes (loopback TCPStore, one `neuron:0` per process) and
 returns plain dicts. `python -m torch_neuronx.bench.collectives` prints a table.
@@ -62,6 +63,8 @@ def _allreduce_worker(rank: int, world: int, port: int, queue: Any, sizes_mb: tu
     import torch.distributed as dist
 
     _init(rank, world, port, "cpu:gloo,neuron:neuron")
+    for device in ("neuron", "cpu"):  # the transports' first use (threads, pages) stays out of the rows
+        dist.all_reduce(torch.ones(4 * MB, device=device))
     rows = []
     for size in sizes_mb:
         numel = size * MB // 4
@@ -167,8 +170,18 @@ def ddp_step_time(world: int = 2, dim: int = 512, depth: int = 8, batch: int = 8
 
 
 def _fsdp_worker(
-    rank: int, world: int, port: int, queue: Any, dim: int, depth: int, batch: int, steps: int, device: str = "neuron"
+    rank: int,
+    world: int,
+    port: int,
+    queue: Any,
+    dim: int,
+    depth: int,
+    batch: int,
+    steps: int,
+    device: str = "neuron",
+    shared_memory: bool = True,
 ) -> None:
+    os.environ["TORCH_NEURONX_SHM_COLLECTIVES"] = "1" if shared_memory else "0"
     import torch
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
@@ -192,10 +205,13 @@ def fsdp_step_time(
     worlds: tuple[int, ...] = (1, 2, 4), dim: int = 256, depth: int = 4, batch: int = 8, steps: int = 3
 ) -> list[dict[str, Any]]:
     """FSDP2 (`fully_shard` per block) forward + backward + SGD step time per process count, on
-    neuron and on CPU tensors with Gloo."""
+    neuron (its collectives through shared memory, and all through Gloo) and on CPU tensors with
+    Gloo."""
     rows = []
     for world in worlds:
         row = _spawn(_fsdp_worker, world, dim, depth, batch, steps)
+        if world > 1:
+            row["over_gloo_step_ms"] = _spawn(_fsdp_worker, world, dim, depth, batch, steps, "neuron", False)["step_ms"]
         row["gloo_cpu_step_ms"] = _spawn(_fsdp_worker, world, dim, depth, batch, steps, "cpu")["step_ms"]
         rows.append(row)
     return rows
@@ -223,11 +239,16 @@ def format_table(result: dict[str, Any]) -> str:
             f"{n['peak_rss_growth_mb']:>12.0f} {c['ms']:>13.1f} {c['busbw_gbs']:>11.3f} "
             f"{n['busbw_gbs'] / c['busbw_gbs']:>6.2f}"
         )
-    lines += ["", "FSDP2 step (fwd+bwd+update)", "procs  params     neuron ms  gloo-cpu ms  ratio"]
+    lines += [
+        "",
+        "FSDP2 step (fwd+bwd+update); neuron's collectives through shared memory, and all over Gloo",
+        "procs  params     neuron ms  over Gloo ms  gloo-cpu ms  ratio",
+    ]
     for row in result["fsdp2"]:
+        over_gloo = row.get("over_gloo_step_ms", float("nan"))  # one process: no collectives
         lines.append(
-            f"{row['world']:>5}  {row['params']:>9,} {row['step_ms']:>10.1f} {row['gloo_cpu_step_ms']:>12.1f}"
-            f" {row['step_ms'] / row['gloo_cpu_step_ms']:>6.2f}"
+            f"{row['world']:>5}  {row['params']:>9,} {row['step_ms']:>10.1f} {over_gloo:>13.1f}"
+            f" {row['gloo_cpu_step_ms']:>12.1f} {row['step_ms'] / row['gloo_cpu_step_ms']:>6.2f}"
         )
     lines += [
         "",

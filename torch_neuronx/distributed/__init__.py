@@ -2,7 +2,9 @@
 
 Transport is Gloo over the host: the backend registered as `neuron` is a `ProcessGroupGloo` serving
 the devices `cpu` and `neuron`, and `kernels.py` installs PrivateUse1 kernels for the `c10d::*` ops
-that copy neuron tensors to host, run the collective there and copy the results back. Each process
+that stage neuron tensors on the host and run the collective there: through Gloo, or, between the
+ranks of one host, through the group's shared memory (`shared_memory.py`) for the collectives it
+moves. Each process
 owns its `neuron:0` (DESIGN decision 7); pin it with `LOCAL_RANK` or `NEURON_RT_VISIBLE_CORES`.
 
 `register()` runs at `import torch` and only records the backend name; the kernels are installed

@@ -1,11 +1,13 @@
-"""PrivateUse1 kernels for the `c10d::*` ops: neuron tensors through Gloo on the host.
+"""PrivateUse1 kernels for the `c10d::*` ops: neuron tensors through Gloo (or shared memory) on the host.
 
 Every collective the Python API, DDP, FSDP2 and the functional collectives (`_c10d_functional`,
 used by DTensor) issue on neuron tensors reaches one of these kernels through the dispatcher.
 A kernel stages the device tensors as host tensors for the process group's `neuron` backend (a
 `ProcessGroupGloo`): on the CPU platform the device memory itself, elsewhere copies (`_Staging`).
 One thread per process, the lane, calls Gloo with them in call order, once the device has
-computed them, so the calling thread never waits for device work. A collective issued with
+computed them, so the calling thread never waits for device work. Where the group's ranks share
+this host, the lane runs all-reduce, broadcast, all-gather and reduce-scatter into tensors itself
+through the group's shared memory instead (`_via`; `shared_memory.py`), with Gloo's arguments. A collective issued with
 `async_op` (as DDP, FSDP2 and the functional collectives issue them) returns a pending work at
 once; the host results become the device tensors' contents on `wait()` or as its future
 completes (DDP chains its bucket's next step on it). On a side stream a collective and its
@@ -15,14 +17,15 @@ inside its call. `TORCH_NEURONX_ASYNC_COLLECTIVES=0` makes every collective comp
 Point-to-point goes to Gloo directly and stays asynchronous so that exchanges in any order
 cannot deadlock: `send` returns Gloo's own work (the host copy lives in it) and `recv_` returns a
 `_RecvWork` that makes the received data the device's on `wait()`.
-A peer that dies makes Gloo raise (connection closed, or the group timeout) and the error
-propagates from the collective call.
+A peer that dies makes Gloo (or the shared-memory wait) raise (connection closed, or the group
+timeout) and the error propagates from the collective call.
 """
 
 from __future__ import annotations
 
 import os
 import queue
+import sys
 import threading
 import warnings
 from collections.abc import Callable, Sequence
@@ -46,6 +49,7 @@ _lock = threading.Lock()
 _library: list[torch.library.Library] = []
 # `0`: every collective completes inside its call (to localize an error, or to measure overlap).
 _ASYNC = os.environ.get("TORCH_NEURONX_ASYNC_COLLECTIVES", "1") != "0"
+_LANE_SWITCH_INTERVAL_S = 5e-5
 
 
 class _Later:
@@ -188,16 +192,33 @@ class _Lane:
     """The thread that hands this process's collectives to Gloo, one at a time in call order (every
     rank must issue a group's collectives in the same order), each once the device has computed
     its tensors: the calling thread never waits for device work, so a backward keeps queuing its
-    next ops while earlier gradients are reduced."""
+    next ops while earlier gradients are reduced. While collectives wait for it, the interpreter's
+    switch interval is 50 µs: the lane takes the GIL to start each one (and between the steps of a
+    shared-memory one), and a thread running Python would otherwise hold it 5 ms at a time."""
 
     def __init__(self) -> None:
         self.pid = os.getpid()
         self.starts: queue.SimpleQueue[_Start] = queue.SimpleQueue()
+        self.lock = threading.Lock()
+        self.pending = 0
+        self.interval = sys.getswitchinterval()
         threading.Thread(target=self._serve, name="neuron-collectives", daemon=True).start()
+
+    def submit(self, begun: _Start) -> None:
+        with self.lock:
+            if not self.pending:
+                self.interval = sys.getswitchinterval()
+                sys.setswitchinterval(_LANE_SWITCH_INTERVAL_S)
+            self.pending += 1
+            self.starts.put(begun)
 
     def _serve(self) -> None:
         while True:
             self.starts.get().run()
+            with self.lock:
+                self.pending -= 1
+                if not self.pending:
+                    sys.setswitchinterval(self.interval)
 
 
 _lane: list[_Lane] = []
@@ -208,7 +229,8 @@ def _submit(call: Callable[..., Any], *staged: Any) -> _Start:
     with _lock:
         if not _lane or _lane[0].pid != os.getpid():  # a forked child has no lane thread
             _lane[:] = [_Lane()]
-        _lane[0].starts.put(begun)
+        lane = _lane[0]
+    lane.submit(begun)
     return begun
 
 
