@@ -200,7 +200,8 @@ class LocalGroup:
             parts, start = out.view(self.world, -1), 0
             for piece in _pieces(mine, PIECE // input.element_size()):
                 slots = self._exchange(_Header("all_gather_into_tensor", input), piece)
-                parts[:, start : start + piece.numel()].copy_(torch.stack(slots))
+                for part, slot in zip(parts, slots):
+                    part[start : start + piece.numel()].copy_(slot)
                 start += piece.numel()
 
     def _reduce_scatter(self, output: torch.Tensor, input: torch.Tensor, fold: Callable[..., torch.Tensor]) -> None:
