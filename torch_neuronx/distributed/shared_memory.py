@@ -237,15 +237,15 @@ class LocalGroup:
         while any(self.received[r] < step for r in self._peers()):
             if select.select([self.reader], [], [], 0.5)[0]:
                 data = os.read(self.reader, 4096)
-                if not data:
-                    raise RuntimeError("every peer process closed its end of this group's shared memory")
+                if not data:  # every peer's end of this FIFO is closed
+                    raise RuntimeError(_exited(self._peers()))
                 for sender in data:
                     self.received[sender] += 1
                 continue
             late = [r for r in self._peers() if self.received[r] < step]
             gone = [r for r in late if not _alive(self.pids[r])]
             if gone:
-                raise RuntimeError(f"the process of rank {gone[0]} exited")
+                raise RuntimeError(_exited(gone))
             if time.monotonic() > deadline:
                 raise RuntimeError(f"timeout: rank {late[0]} did not join within {self.timeout:g} s")
 
@@ -293,6 +293,12 @@ def _fold(fold: Callable[..., torch.Tensor], parts: list[torch.Tensor], out: tor
     fold(parts[0], parts[1], out=out)
     for part in parts[2:]:
         fold(out, part, out=out)
+
+
+def _exited(ranks: list[int]) -> str:
+    if len(ranks) == 1:
+        return f"the process of rank {ranks[0]} exited"
+    return f"the processes of ranks {', '.join(map(str, ranks))} exited"
 
 
 def _alive(pid: int) -> bool:
