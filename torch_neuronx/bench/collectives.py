@@ -134,85 +134,114 @@ def _no_all_reduce(state, bucket):  # unannotated: DDP rejects a bucket annotati
     return future
 
 
+def _alternated(steps: dict[str, Any], rounds: int, per_round: int = 3) -> dict[str, float]:
+    """Median milliseconds of each step function, timed in turns inside the same processes (so
+    that a noisy host weighs on every variant alike): two warm-up calls each, then `rounds`
+    rounds of `per_round` calls of each, every call after a barrier."""
+    import torch.distributed as dist
+
+    for step in steps.values():
+        step()
+        step()
+    samples: dict[str, list[float]] = {name: [] for name in steps}
+    for _ in range(rounds):
+        for name, step in steps.items():
+            for _ in range(per_round):
+                dist.barrier()
+                start = time.perf_counter()
+                step()
+                samples[name].append(time.perf_counter() - start)
+    return {name: statistics.median(times) * 1e3 for name, times in samples.items()}
+
+
 def _ddp_worker(
-    rank: int, world: int, port: int, queue: Any, device: str, mode: str, dim: int, depth: int, batch: int, steps: int
+    rank: int, world: int, port: int, queue: Any, device: str, dim: int, depth: int, batch: int, rounds: int
 ) -> None:
-    os.environ["TORCH_NEURONX_ASYNC_COLLECTIVES"] = "0" if mode == "sync" else "1"
     import torch
     from torch.nn.parallel import DistributedDataParallel
 
+    from torch_neuronx.distributed import kernels
+
     _init(rank, world, port, "neuron" if device == "neuron" else "gloo")
-    model = DistributedDataParallel(_mlp(dim, depth, device))
-    if mode == "compute":
-        model.register_comm_hook(None, _no_all_reduce)
-    seconds = _time(_train_step(model, torch.randn(batch, dim, device=device)), steps)
+    x = torch.randn(batch, dim, device=device)
+    asynchronous = {"async": True, "sync": False, "compute": True} if device == "neuron" else {"async": True}
+    steps = {}
+    for mode, enabled in asynchronous.items():
+        model = DistributedDataParallel(_mlp(dim, depth, device))
+        if mode == "compute":
+            model.register_comm_hook(None, _no_all_reduce)
+        step = _train_step(model, x)
+
+        def run(step: Any = step, enabled: bool = enabled) -> None:
+            kernels.set_asynchronous(enabled)
+            step()
+
+        steps[mode] = run
+    ms = _alternated(steps, rounds)
     if rank == 0:
-        queue.put(seconds * 1e3)
+        queue.put(ms)
     import torch.distributed as dist
 
     dist.destroy_process_group()
 
 
-def ddp_step_time(world: int = 2, dim: int = 512, depth: int = 8, batch: int = 8, steps: int = 5) -> dict[str, Any]:
-    """DDP forward + backward + SGD step: neuron with asynchronous collectives (the gradient
-    all-reduce overlapping the rest of the backward), neuron with every collective synchronous,
-    neuron with no all-reduce at all (the compute alone, the floor overlap could reach), and the
-    same model on CPU tensors with Gloo."""
-    runs = {
-        "neuron": ("neuron", "async"),
-        "neuron_sync": ("neuron", "sync"),
-        "neuron_compute": ("neuron", "compute"),
-        "gloo_cpu": ("cpu", "async"),
-    }
-    times = {name: _spawn(_ddp_worker, world, *run, dim, depth, batch, steps) for name, run in runs.items()}
+def ddp_step_time(world: int = 2, dim: int = 512, depth: int = 8, batch: int = 8, rounds: int = 5) -> dict[str, Any]:
+    """DDP forward + backward + SGD step, three copies of the model in the same processes, timed
+    in turns: neuron with asynchronous collectives (the gradient all-reduce overlapping the rest of
+    the backward), with every collective synchronous, and with no all-reduce at all (the compute
+    alone, the floor overlap could reach); then the same model on CPU tensors with Gloo."""
+    neuron = _spawn(_ddp_worker, world, "neuron", dim, depth, batch, rounds)
+    cpu = _spawn(_ddp_worker, world, "cpu", dim, depth, batch, rounds)
     params = sum(p.numel() for p in _mlp(dim, depth, "cpu").parameters())
-    return {"world": world, "params": params, **{f"{name}_ms": ms for name, ms in times.items()}}
+    return {
+        "world": world,
+        "params": params,
+        "neuron_ms": neuron["async"],
+        "neuron_sync_ms": neuron["sync"],
+        "neuron_compute_ms": neuron["compute"],
+        "gloo_cpu_ms": cpu["async"],
+    }
 
 
 def _fsdp_worker(
-    rank: int,
-    world: int,
-    port: int,
-    queue: Any,
-    dim: int,
-    depth: int,
-    batch: int,
-    steps: int,
-    device: str = "neuron",
-    shared_memory: bool = True,
+    rank: int, world: int, port: int, queue: Any, dim: int, depth: int, batch: int, rounds: int, device: str
 ) -> None:
-    os.environ["TORCH_NEURONX_SHM_COLLECTIVES"] = "1" if shared_memory else "0"
     import torch
     import torch.distributed as dist
-    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.device_mesh import DeviceMesh
     from torch.distributed.fsdp import fully_shard
 
     _init(rank, world, port, "neuron" if device == "neuron" else "gloo")
-    model = _mlp(dim, depth, device)
-    mesh = init_device_mesh(device, (world,))
-    for block in model:
-        fully_shard(block, mesh=mesh)
-    fully_shard(model, mesh=mesh)
-    x = torch.randn(batch, dim, device=device)
-    seconds = _time(_train_step(model, x), steps)
-    params = sum(p.numel() for p in model.parameters())
+    groups = {"step": dist.group.WORLD}
+    if device == "neuron" and world > 1:  # the same group's collectives all over Gloo
+        os.environ["TORCH_NEURONX_SHM_COLLECTIVES"] = "0"
+        groups["over_gloo_step"] = dist.new_group()
+        del os.environ["TORCH_NEURONX_SHM_COLLECTIVES"]
+    steps = {}
+    for name, group in groups.items():
+        model = _mlp(dim, depth, device)
+        mesh = DeviceMesh.from_group(group, device)
+        for block in model:
+            fully_shard(block, mesh=mesh)
+        fully_shard(model, mesh=mesh)
+        steps[name] = _train_step(model, torch.randn(batch, dim, device=device))
+    ms = _alternated(steps, rounds)
     if rank == 0:
-        queue.put({"world": world, "params": params, "batch_per_rank": batch, "step_ms": seconds * 1e3})
+        params = sum(p.numel() for p in _mlp(dim, depth, "cpu").parameters())
+        queue.put({"world": world, "params": params, "batch_per_rank": batch, **{f"{k}_ms": v for k, v in ms.items()}})
     dist.destroy_process_group()
 
 
 def fsdp_step_time(
-    worlds: tuple[int, ...] = (1, 2, 4), dim: int = 256, depth: int = 4, batch: int = 8, steps: int = 3
+    worlds: tuple[int, ...] = (1, 2, 4), dim: int = 256, depth: int = 4, batch: int = 8, rounds: int = 5
 ) -> list[dict[str, Any]]:
-    """FSDP2 (`fully_shard` per block) forward + backward + SGD step time per process count, on
-    neuron (its collectives through shared memory, and all through Gloo) and on CPU tensors with
-    Gloo."""
+    """FSDP2 (`fully_shard` per block) forward + backward + SGD step time per process count: on
+    neuron, its collectives through shared memory and (another copy of the model, timed in turns
+    in the same processes) all over Gloo; and on CPU tensors with Gloo."""
     rows = []
     for world in worlds:
-        row = _spawn(_fsdp_worker, world, dim, depth, batch, steps)
-        if world > 1:
-            row["over_gloo_step_ms"] = _spawn(_fsdp_worker, world, dim, depth, batch, steps, "neuron", False)["step_ms"]
-        row["gloo_cpu_step_ms"] = _spawn(_fsdp_worker, world, dim, depth, batch, steps, "cpu")["step_ms"]
+        row = _spawn(_fsdp_worker, world, dim, depth, batch, rounds, "neuron")
+        row["gloo_cpu_step_ms"] = _spawn(_fsdp_worker, world, dim, depth, batch, rounds, "cpu")["step_ms"]
         rows.append(row)
     return rows
 
@@ -241,7 +270,7 @@ def format_table(result: dict[str, Any]) -> str:
         )
     lines += [
         "",
-        "FSDP2 step (fwd+bwd+update); neuron's collectives through shared memory, and all over Gloo",
+        "FSDP2 step (fwd+bwd+update); neuron's collectives through shared memory, and all over Gloo (in turns)",
         "procs  params     neuron ms  over Gloo ms  gloo-cpu ms  ratio",
     ]
     for row in result["fsdp2"]:
@@ -252,8 +281,8 @@ def format_table(result: dict[str, Any]) -> str:
         )
     lines += [
         "",
-        "DDP step (fwd+bwd+update); overlap: the step's saving against all-sync, and the share of the",
-        "all-sync step's communication (all-sync minus no all-reduce) that the overlap hides",
+        "DDP step (fwd+bwd+update), neuron's modes in turns; overlap: the step's saving against all-sync,",
+        "and the share of the all-sync step's communication (all-sync minus no all-reduce) it hides",
         "procs  params     neuron ms  all-sync ms  no all-reduce ms  gloo-cpu ms  saving  comm hidden",
     ]
     for row in result["ddp"]:

@@ -252,6 +252,13 @@ def _via(backend: Any, reduce_op: Any = None) -> Any:
     return entry[1]
 
 
+def set_asynchronous(enabled: bool) -> None:
+    """What `TORCH_NEURONX_ASYNC_COLLECTIVES` says (1 or 0), changed while running: the benchmark
+    alternates both modes in the same processes."""
+    global _ASYNC
+    _ASYNC = enabled
+
+
 def _on_side_stream() -> bool:
     return streams.current_stream() is not streams.default_stream()
 
