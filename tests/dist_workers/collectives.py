@@ -424,7 +424,8 @@ def errors(cpu: Any) -> None:
 def shared_memory_transport(cpu: Any) -> None:
     """The neuron group moves all-reduce, broadcast, all-gather and reduce-scatter through shared
     memory, in several pieces for large tensors; ranks that disagree on sizes get an error naming
-    both; with TORCH_NEURONX_SHM_COLLECTIVES=0 a new group stays on Gloo."""
+    both; where rank 0 cannot reserve the segment, or with TORCH_NEURONX_SHM_COLLECTIVES=0, a new
+    group stays on Gloo."""
     neuron_backend = dist.distributed_c10d._get_default_group()._get_backend(torch.device("neuron"))
     assert isinstance(kernels._via(neuron_backend), shared_memory.LocalGroup)
     n = 2 * shared_memory.PIECE // 4 + 5  # float32 elements: three pieces per rank
@@ -462,14 +463,23 @@ def shared_memory_transport(cpu: Any) -> None:
     else:
         raise AssertionError("all_reduce accepted tensors of different sizes")
 
+    def full(fd: int, offset: int, size: int) -> None:
+        raise OSError(28, "No space left on device")
+
+    reserve, shared_memory.os.posix_fallocate = shared_memory.os.posix_fallocate, full
+    try:
+        no_room = dist.new_group()  # a full /dev/shm on rank 0: every rank stays on Gloo
+    finally:
+        shared_memory.os.posix_fallocate = reserve
     os.environ["TORCH_NEURONX_SHM_COLLECTIVES"] = "0"
     try:
         over_gloo = dist.new_group()
     finally:
         del os.environ["TORCH_NEURONX_SHM_COLLECTIVES"]
-    assert not isinstance(kernels._via(over_gloo._get_backend(torch.device("neuron"))), shared_memory.LocalGroup)
-    vs_gloo(cpu, lambda group, t: all_reduce_(group or over_gloo, t), rand(5, 3))
-    vs_gloo(cpu, lambda group, t: gathered(group or over_gloo, t), rand(n))
+    for group in (no_room, over_gloo):
+        assert not isinstance(kernels._via(group._get_backend(torch.device("neuron"))), shared_memory.LocalGroup)
+        vs_gloo(cpu, lambda cpu_group, t, group=group: all_reduce_(cpu_group or group, t), rand(5, 3))
+        vs_gloo(cpu, lambda cpu_group, t, group=group: gathered(cpu_group or group, t), rand(n))
 
 
 ALL = [

@@ -25,7 +25,7 @@ import time
 import uuid
 import zlib
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from datetime import timedelta
 from typing import Any
 
@@ -104,6 +104,9 @@ def _opened(path: str, rank: int, world: int, timeout: timedelta) -> LocalGroup 
     try:
         return LocalGroup(path, rank, world, timeout)
     except OSError:
+        for made in (f"{path}.{rank}", *([path] if rank == 0 else [])):
+            with suppress(FileNotFoundError):
+                os.unlink(made)
         return None
 
 
@@ -121,8 +124,8 @@ class LocalGroup:
         size = 2 * world * (_HEADER_BYTES + PIECE)
         fd = os.open(path, os.O_RDWR | (os.O_CREAT | os.O_EXCL if rank == 0 else 0), 0o600)
         try:
-            if rank == 0:
-                os.ftruncate(fd, size)
+            if rank == 0:  # reserved now: a full /dev/shm fails here (-> Gloo), not with SIGBUS on a write
+                os.posix_fallocate(fd, 0, size)
             elif os.fstat(fd).st_size != size:
                 raise OSError(f"{path} is not the segment rank 0 made")
             self.map = mmap.mmap(fd, size)
@@ -141,10 +144,8 @@ class LocalGroup:
 
     def unlink(self) -> None:
         for path in (self._fifo(self.rank), *([self.path] if self.rank == 0 else [])):
-            try:
+            with suppress(FileNotFoundError):
                 os.unlink(path)
-            except FileNotFoundError:
-                pass
 
     def close(self) -> None:
         self.unlink()
