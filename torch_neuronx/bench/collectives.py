@@ -227,7 +227,7 @@ def _fsdp_worker(
         steps[name] = _train_step(model, torch.randn(batch, dim, device=device))
     ms = _alternated(steps, rounds)
     if rank == 0:
-        params = sum(p.numel() for p in _mlp(dim, depth, "cpu").parameters())
+        params = sum(p.numel() for p in model.parameters())  # DTensors: the whole model's counts
         queue.put({"world": world, "params": params, "batch_per_rank": batch, **{f"{k}_ms": v for k, v in ms.items()}})
     dist.destroy_process_group()
 

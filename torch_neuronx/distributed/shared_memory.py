@@ -116,6 +116,7 @@ class LocalGroup:
 
     def __init__(self, path: str, rank: int, world: int, timeout: timedelta) -> None:
         self.path, self.rank, self.world, self.timeout = path, rank, world, timeout.total_seconds()
+        self.peers = [r for r in range(world) if r != rank]
         self.pids: list[int] = []
         self.error: BaseException | None = None
         self.step = 0
@@ -140,7 +141,7 @@ class LocalGroup:
         return f"{self.path}.{rank}"
 
     def open_peers(self) -> None:
-        self.writers = [os.open(self._fifo(r), os.O_WRONLY | os.O_NONBLOCK) for r in self._peers()]
+        self.writers = [os.open(self._fifo(r), os.O_WRONLY | os.O_NONBLOCK) for r in self.peers]
 
     def unlink(self) -> None:
         for path in (self._fifo(self.rank), *([self.path] if self.rank == 0 else [])):
@@ -151,9 +152,6 @@ class LocalGroup:
         self.unlink()
         for fd in (self.reader, *self.writers):
             os.close(fd)
-
-    def _peers(self) -> list[int]:
-        return [r for r in range(self.world) if r != self.rank]
 
     @staticmethod
     def reduces(kind: Any) -> bool:
@@ -185,32 +183,36 @@ class LocalGroup:
     # ---- collectives, one piece at a time (at least one, so that ranks compare headers) --------
 
     def _all_reduce(self, t: torch.Tensor, fold: Callable[..., torch.Tensor]) -> None:
+        header = _Header("all_reduce", t)
         with _flat(t) as flat:
             for piece in _pieces(flat, PIECE // t.element_size()):
-                _fold(fold, self._exchange(_Header("all_reduce", t), piece), piece)
+                _fold(fold, self._exchange(header, piece), piece)
 
     def _broadcast(self, t: torch.Tensor, root: int) -> None:
+        header = _Header("broadcast", t, root)
         with _flat(t) as flat:
             for piece in _pieces(flat, PIECE // t.element_size()):
-                slots = self._exchange(_Header("broadcast", t, root), piece, send=self.rank == root)
+                slots = self._exchange(header, piece, send=self.rank == root)
                 if self.rank != root:
                     piece.copy_(slots[root])
 
     def _all_gather(self, output: torch.Tensor, input: torch.Tensor) -> None:
+        header = _Header("all_gather_into_tensor", input)
         with _flat(input) as mine, _flat(output) as out:
             parts, start = out.view(self.world, -1), 0
             for piece in _pieces(mine, PIECE // input.element_size()):
-                slots = self._exchange(_Header("all_gather_into_tensor", input), piece)
+                slots = self._exchange(header, piece)
                 for part, slot in zip(parts, slots):
                     part[start : start + piece.numel()].copy_(slot)
                 start += piece.numel()
 
     def _reduce_scatter(self, output: torch.Tensor, input: torch.Tensor, fold: Callable[..., torch.Tensor]) -> None:
+        header = _Header("reduce_scatter_tensor", output)
         with _flat(input) as ins, _flat(output) as out:
             rows, start = ins.view(self.world, -1), 0
             for piece in _pieces(out, PIECE // input.element_size() // self.world):
                 mine = rows[:, start : start + piece.numel()]
-                slots = self._exchange(_Header("reduce_scatter_tensor", output), mine)
+                slots = self._exchange(header, mine)
                 _fold(fold, [slot[self.rank] for slot in slots], piece)
                 start += piece.numel()
 
@@ -227,7 +229,7 @@ class LocalGroup:
         for fd in self.writers:
             os.write(fd, signal)
         self._wait(self.step)
-        for r in self._peers():
+        for r in self.peers:
             theirs = bank[r, : header.values.numel() * 8].view(torch.int64)
             if not torch.equal(theirs, header.values):
                 raise RuntimeError(header.mismatch(self.rank, r, theirs.tolist()))
@@ -235,15 +237,15 @@ class LocalGroup:
 
     def _wait(self, step: int) -> None:
         deadline = time.monotonic() + self.timeout
-        while any(self.received[r] < step for r in self._peers()):
+        while any(self.received[r] < step for r in self.peers):
             if select.select([self.reader], [], [], 0.5)[0]:
                 data = os.read(self.reader, 4096)
                 if not data:  # every peer's end of this FIFO is closed
-                    raise RuntimeError(_exited(self._peers()))
+                    raise RuntimeError(_exited(self.peers))
                 for sender in data:
                     self.received[sender] += 1
                 continue
-            late = [r for r in self._peers() if self.received[r] < step]
+            late = [r for r in self.peers if self.received[r] < step]
             gone = [r for r in late if not _alive(self.pids[r])]
             if gone:
                 raise RuntimeError(_exited(gone))
